@@ -1,0 +1,83 @@
+"""Host time per call of a cached ``tunekit.silu`` against calling its chosen candidate directly.
+
+The runtime's cost on the cached path is: validating arguments, building params, one ContextVar
+read, the cache key, two dict lookups. Target: at most 1.5 us per call over calling the chosen
+candidate directly. Run: ``PYTHONPATH=src python benchmarks/dispatch_overhead.py [--save]``.
+
+Each figure is the median over repeats of (wall time of N back-to-back calls) / N on a small tensor,
+so host time dominates. On CUDA the calls are asynchronous; one synchronisation ends each repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import tunekit  # noqa: E402
+from tunekit.ops.silu import SiluParams, silu_op  # noqa: E402
+
+
+def per_call_us(fn, device, calls=20000, repeats=9):
+    for _ in range(1000):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def run(device: torch.device) -> list[tuple[str, float]]:
+    x = torch.randn(1024, device=device)
+    with tunekit.tuning(results=":memory:"):
+        tunekit.silu(x)
+        chosen = silu_op.resolve(SiluParams(x)).candidate
+        rows = [
+            ("F.silu(x)  (torch, direct)", per_call_us(lambda: F.silu(x), device)),
+            (f"{chosen.name}.run(SiluParams(x))  (chosen candidate, direct)",
+             per_call_us(lambda: chosen.run(SiluParams(x)), device)),
+            ("silu_op(SiluParams(x))  (tunable op, cached)", per_call_us(lambda: silu_op(SiluParams(x)), device)),
+            ("tunekit.silu(x)  (public function, cached)", per_call_us(lambda: tunekit.silu(x), device)),
+        ]
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--save", action="store_true", help="write benchmarks/results/dispatch_overhead-<device>.md")
+    args = parser.parse_args()
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    lines = [f"# Dispatch overhead ({time.strftime('%Y-%m-%d')}, torch {torch.__version__})", ""]
+    for device in devices:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU host"
+        rows = run(device)
+        direct, public = rows[1][1], rows[3][1]
+        lines += [f"## {device.type}: {name}", "", "| call | host us/call |", "|---|---:|"]
+        lines += [f"| `{label}` | {us:.2f} |" for label, us in rows]
+        lines += ["", f"runtime overhead of `tunekit.silu` over the chosen candidate: **{public - direct:+.2f} us** "
+                  f"(over `F.silu`: {public - rows[0][1]:+.2f} us); target <= 1.5 us", ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.save:
+        tag = torch.cuda.get_device_name().replace(" ", "_") if torch.cuda.is_available() else "cpu"
+        out = Path(__file__).parent / "results" / f"dispatch_overhead-{tag}.md"
+        out.write_text(text + "\n")
+        print(f"saved {out}")
+
+
+if __name__ == "__main__":
+    main()

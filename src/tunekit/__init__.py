@@ -1,0 +1,23 @@
+"""tunekit: fast, tunable GPU operators for PyTorch.
+
+Each op has several candidate implementations; on the first call with a new input signature the
+runtime times the candidates that support it and agree with the default numerically, stores the
+fastest in a results file, and runs it from then on. See ``docs/architecture.md``.
+"""
+
+__version__ = "0.1.0"
+
+from .ops import silu, swish
+from .tunable import (
+    Explanation,
+    TunekitWarning,
+    TuningSettings,
+    configure,
+    current as settings,
+    explain,
+    results_store,
+    tuning,
+)
+
+__all__ = ["silu", "swish", "tuning", "settings", "configure", "explain", "results_store",
+           "Explanation", "TuningSettings", "TunekitWarning", "__version__"]

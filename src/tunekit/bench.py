@@ -1,0 +1,106 @@
+"""Measuring candidates for people (``tunekit explore``, ``benchmarks/``), with the method the
+standards ask for: device time from CUDA events over CUDA-graph replays, inputs rotated so they are
+cold in L2, the median of many repeats, and the copy bandwidth measured in the same run.
+
+Tuning (:mod:`tunekit.tunable.find_fastest`) uses the same timers and input rotation under a
+budget; this module has no budget and measures every candidate that runs correctly.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .tunable.find_fastest import input_sets
+from .tunable.numerics import compare
+from .tunable.params import make_trial, output_tensors
+from .tunable.timing import make_timer
+
+__all__ = ["CandidateTiming", "measure_candidates", "copy_bandwidth", "time_callable"]
+
+
+@dataclass
+class CandidateTiming:
+    name: str
+    status: str                      # "ok", "unsupported", "numerics", "error"
+    reason: str = ""
+    time_ms: float | None = None     # median per call
+    spread: float | None = None      # (max - min) / median over the repeats
+    first_values: list[float] = field(default_factory=list)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_callable(fn, device: torch.device, *, repeats: int = 20, graph: bool = True, target_ms: float = 1.0):
+    """Median and relative spread (ms per call) of ``fn()`` over ``repeats`` measurements."""
+    fn()
+    _sync(device)
+    timer = make_timer(device, graph=False)
+    one = max(timer.measure(fn, 1), 1e-4)
+    reps = max(1, min(2000, int(target_ms / one)))
+    if device.type == "cuda" and graph:
+        try:
+            measure = make_timer(device, graph=True).prepare(fn, reps)
+        except Exception:  # not capturable: plain events
+            measure = timer.prepare(fn, reps)
+    else:
+        measure = timer.prepare(fn, reps)
+    samples = [measure() for _ in range(repeats)]
+    med = statistics.median(samples)
+    return med, (max(samples) - min(samples)) / med if med > 0 else 0.0
+
+
+def measure_candidates(op, params, *, repeats: int = 20, graph: bool = True) -> dict[str, CandidateTiming]:
+    """Check every candidate against the default on fresh outputs, then time those that agree."""
+    device = params.device
+    reference = output_tensors(op.default.run(make_trial(params)))
+    _sync(device)
+    tol = op.tolerance(params)
+    sets = input_sets(params, make_trial(params))
+    out: dict[str, CandidateTiming] = {}
+    for c in op.candidates:
+        why = c.supports(params)
+        if why:
+            out[c.name] = CandidateTiming(c.name, "unsupported", why)
+            continue
+        trial = make_trial(params)
+        try:
+            got = output_tensors(c.run(trial))
+            _sync(device)
+        except Exception as exc:
+            out[c.name] = CandidateTiming(c.name, "error", f"{type(exc).__name__}: {exc}"[:200])
+            continue
+        problem = next((p for p in (compare(g, r, tol) for g, r in zip(got, reference)) if p), None)
+        first = got[0].detach().flatten()[:2].double().cpu().tolist()
+        if problem:
+            out[c.name] = CandidateTiming(c.name, "numerics", problem, first_values=first)
+            continue
+
+        def run_all(run=c.run):
+            for p in sets:
+                run(p)
+
+        ms, spread = time_callable(run_all, device, repeats=repeats, graph=graph)
+        out[c.name] = CandidateTiming(c.name, "ok", time_ms=ms / len(sets), spread=spread, first_values=first)
+    return out
+
+
+def copy_bandwidth(device: torch.device, nbytes: int | None = None, *, repeats: int = 20) -> float:
+    """Device copy bandwidth in GB/s, counting bytes read plus bytes written (the ceiling of an
+    elementwise op). Large enough to overflow every cache: 1 GiB on CUDA, 256 MiB on the CPU."""
+    if nbytes is None:
+        nbytes = 2**30 if device.type == "cuda" else 2**28
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    ms, _ = time_callable(lambda: dst.copy_(src), device, repeats=repeats, target_ms=5.0)
+    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,216 @@
+"""The ``tunekit`` command (also ``python -m tunekit``).
+
+    tunekit ops                                   every op, its candidates, and whether each can run here
+    tunekit explore silu --shape 4096x4096 --dtype float16 [--json]
+    tunekit results show | export FILE.csv | import FILE.csv | clear
+
+``--results PATH`` (before the command) picks the results file; the default is the one the settings
+name (``TUNEKIT_RESULTS`` or the per-user cache path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from . import __version__
+from .tunable import context
+from .tunable.errors import ResultsImportError
+from .tunable.registry import all_ops, get_op
+from .tunable.stores import results_store
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+NO_GPU = "no CUDA device is present: running on the CPU; GPU candidates are skipped"
+
+
+def _device(requested: str | None) -> torch.device:
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"tunekit: --device {requested}: no CUDA device is present on this machine")
+    return device
+
+
+def _device_note(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"device: {torch.cuda.get_device_name(device)}"
+    return "device: cpu (" + NO_GPU + ")"
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in text.lower().replace(",", "x").split("x") if s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: expected e.g. 4096x4096") from None
+    if not shape or any(s < 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: expected e.g. 4096x4096")
+    return shape
+
+
+def cmd_ops(args) -> int:
+    device = _device(args.device)
+    report = []
+    for op in all_ops():
+        rows = []
+        for c in op.candidates:
+            reasons = {}
+            for name in ("float32", "float16", "bfloat16"):
+                try:
+                    why = c.supports(op.make_example((1024,), DTYPES[name], device))
+                except Exception as exc:
+                    why = f"supports() raised {exc!r}"
+                reasons[name] = why
+            rows.append({"candidate": c.name, "default": c is op.default, "unsupported": {k: v for k, v in reasons.items() if v}})
+        report.append({"op": op.name, "candidates": rows})
+    if args.json:
+        print(json.dumps({"device": str(device), "ops": report}, indent=2))
+        return 0
+    print(_device_note(device))
+    for op in report:
+        print(f"\n{op['op']}")
+        for row in op["candidates"]:
+            status = "runs here" if not row["unsupported"] else "; ".join(f"{k}: {v}" for k, v in row["unsupported"].items())
+            print(f"  {row['candidate']:<24} {'default' if row['default'] else '':<8} {status}")
+    return 0
+
+
+def cmd_explore(args) -> int:
+    from .bench import copy_bandwidth, measure_candidates
+
+    device = _device(args.device)
+    op = get_op(args.op)
+    dtype = DTYPES[args.dtype]
+    torch.manual_seed(args.seed)
+    params = op.make_example(args.shape, dtype, device)
+    bandwidth = copy_bandwidth(device)
+    timings = measure_candidates(op, params, repeats=args.repeats, graph=not args.no_graph)
+    chosen = op.resolve(params, context.current())
+    nbytes = params.bytes_moved()
+    base = timings[op.default.name].time_ms
+    rows = []
+    for name, t in timings.items():
+        row = {"candidate": name, "status": t.status, "reason": t.reason, "first_values": t.first_values,
+               "time_ms": t.time_ms, "spread": t.spread, "default": name == op.default.name,
+               "tuned_choice": name == chosen.candidate.name}
+        if t.time_ms:
+            gbps = nbytes / (t.time_ms * 1e-3) / 1e9
+            row.update(gbps=gbps, pct_copy=100 * gbps / bandwidth, vs_default=base / t.time_ms if base else None)
+        rows.append(row)
+    result = {"op": op.name, "shape": list(args.shape), "dtype": args.dtype, "device": _device_note(device),
+              "signature": params.signature(), "bytes": nbytes, "copy_gbps": bandwidth,
+              "tuned_choice": chosen.candidate.name, "why": chosen.why, "candidates": rows}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    shape = "x".join(str(s) for s in args.shape)
+    print(f"{op.name} {shape} {args.dtype}   {result['device']}")
+    print(f"signature {result['signature']}   copy bandwidth {bandwidth:.0f} GB/s (read+write, same run)")
+    print(f"{'':2}{'candidate':<24}{'first values':>28}{'median':>13}{'GB/s':>9}{'% copy':>8}{'vs default':>11}")
+    for r in rows:
+        mark = "*" if r["tuned_choice"] else " "
+        vals = ", ".join(f"{v:.8g}" for v in r["first_values"])
+        if r["status"] != "ok":
+            print(f"{mark} {r['candidate']:<24}{vals:>28}   rejected ({r['status']}): {r['reason']}")
+            continue
+        print(f"{mark} {r['candidate']:<24}{vals:>28}{r['time_ms'] * 1e3:>10.2f} us{r['gbps']:>9.1f}"
+              f"{r['pct_copy']:>7.1f}%{r['vs_default']:>10.2f}x")
+    print(f"* tuned choice: {chosen.candidate.name} ({chosen.why})")
+    return 0
+
+
+def cmd_results(args) -> int:
+    store = results_store(args.results)
+    if args.action == "show":
+        entries = store.entries(args.op)
+        if args.json:
+            print(json.dumps([_entry_json(e) for e in entries], indent=2))
+            return 0
+        print(f"{store.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+        for e in entries:
+            flag = "" if e.complete else "  (incomplete)"
+            t = e.candidates.get(e.choice)
+            ms = f"{t.time_ms * 1e3:.2f} us" if t is not None and t.time_ms is not None else ""
+            print(f"  {e.op:<10} {e.signature:<48} {e.device:<28} -> {e.choice} {ms}{flag}")
+        untuned = store.untuned(args.op)
+        if untuned:
+            print(f"{len(untuned)} signature(s) recorded untuned")
+            for u in untuned:
+                print(f"  {u.op:<10} {u.signature:<48} {u.device}")
+        return 0
+    if args.action == "export":
+        n = store.export_csv(args.file)
+        print(f"exported {n} entr{'y' if n == 1 else 'ies'} to {args.file}")
+        return 0
+    if args.action == "import":
+        try:
+            n = store.import_csv(args.file)
+        except ResultsImportError as exc:
+            print(f"tunekit: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:
+            print(f"tunekit: cannot read {args.file}: {exc}", file=sys.stderr)
+            return 1
+        print(f"imported {n} entr{'y' if n == 1 else 'ies'} into {store.path}")
+        return 0
+    n = store.clear(args.op)
+    print(f"cleared {n} entr{'y' if n == 1 else 'ies'} from {store.path}")
+    return 0
+
+
+def _entry_json(e) -> dict:
+    return {"op": e.op, "signature": e.signature, "device": e.device, "choice": e.choice, "complete": e.complete,
+            "tuned_at": e.tuned_at, "tuning_ms": e.tuning_ms, "validators": e.validators,
+            "candidates": {k: vars(v) for k, v in e.candidates.items()}}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunekit", description="Fast, tunable GPU operators for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
+    parser.add_argument("--results", help="results file (default: TUNEKIT_RESULTS or the per-user cache)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ops", help="every op and its candidates, and whether each can run here")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ops)
+
+    p = sub.add_parser("explore", help="time every candidate of an op on one shape")
+    p.add_argument("op")
+    p.add_argument("--shape", type=_parse_shape, default=(4096, 4096), help="e.g. 4096x4096")
+    p.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--repeats", type=int, default=20, help="timed repeats; the median is reported")
+    p.add_argument("--no-graph", action="store_true", help="time eager launches instead of CUDA-graph replays")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_explore)
+
+    p = sub.add_parser("results", help="show, export, import or clear stored tuning results")
+    rs = p.add_subparsers(dest="action", required=True)
+    q = rs.add_parser("show")
+    q.add_argument("--op")
+    q.add_argument("--json", action="store_true")
+    q = rs.add_parser("export")
+    q.add_argument("file")
+    q = rs.add_parser("import")
+    q.add_argument("file")
+    q = rs.add_parser("clear")
+    q.add_argument("--op")
+    p.set_defaults(func=cmd_results)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.results:
+        with context.tuning(results=args.results):
+            return args.func(args)
+    return args.func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

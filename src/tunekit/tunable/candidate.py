@@ -1,0 +1,113 @@
+"""Candidate: one calling interface for every implementation of an op (the seed's type-erased ``Op``).
+
+A candidate has a ``name``, ``supports(params) -> None | str`` (None when it can run these inputs,
+otherwise the reason it cannot: dtype, alignment, size, missing backend, no GPU), ``run(params)``
+returning the op's result, and ``source_hash()`` so stored results go stale when its code changes.
+
+``run`` writes into the output buffers that ``params`` carries when they are given (``params.out``
+not None); when they are None it may allocate its own. While tuning, outputs are always given and
+pre-filled with NaN, and a candidate that returns some other tensor is rejected.
+
+Plain functions and closures adapt with :func:`candidate` / :func:`as_candidate`; classes adapt by
+having the three methods (subclassing :class:`Candidate` gives defaults for two of them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from typing import Any, Callable
+
+__all__ = ["Candidate", "FunctionCandidate", "candidate", "as_candidate", "hash_source"]
+
+
+def hash_source(*parts: Any) -> str:
+    """A short stable hash of source texts / bytes / other reprs."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, str):
+            part = part.encode()
+        elif not isinstance(part, bytes):
+            part = repr(part).encode()
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()[:16]
+
+
+def _function_source_hash(fn: Callable) -> str:
+    try:
+        return hash_source(inspect.getsource(fn))
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            return hash_source(code.co_code, code.co_consts, code.co_names)
+        return hash_source(getattr(fn, "__qualname__", repr(fn)))
+
+
+class Candidate:
+    """Base class for implementations written as classes. Subclasses define ``name`` and ``run``."""
+
+    name: str = ""
+
+    def supports(self, params) -> str | None:
+        return None
+
+    def run(self, params):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def source_hash(self) -> str:
+        return hash_source(inspect.getsource(type(self)))
+
+    def __repr__(self) -> str:
+        return f"<candidate {self.name}>"
+
+
+class FunctionCandidate:
+    """A function (or closure) ``fn(params) -> result`` seen as a candidate.
+
+    ``run`` is the function itself, stored on the instance, so calling a candidate costs no extra frame.
+    """
+
+    __slots__ = ("name", "run", "_supports", "_hash")
+
+    def __init__(self, fn: Callable, name: str | None = None, supports: Callable | None = None, source_hash: str | None = None):
+        if not callable(fn):
+            raise TypeError(f"a candidate must be callable, got {fn!r}")
+        self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
+        self.run = fn
+        self._supports = supports
+        self._hash = source_hash
+
+    def supports(self, params) -> str | None:
+        return None if self._supports is None else self._supports(params)
+
+    def source_hash(self) -> str:
+        if self._hash is None:
+            parts = [_function_source_hash(self.run)]
+            if self._supports is not None:
+                parts.append(_function_source_hash(self._supports))
+            self._hash = hash_source(*parts)
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"<candidate {self.name}>"
+
+
+def as_candidate(obj, name: str | None = None, supports: Callable | None = None):
+    """Adapt ``obj`` to the candidate interface: objects that have it pass through; callables wrap."""
+    if hasattr(obj, "run") and hasattr(obj, "supports") and hasattr(obj, "name"):
+        if name is not None and name != obj.name:
+            raise ValueError(f"candidate {obj.name!r} cannot be renamed to {name!r}")
+        if supports is not None:
+            raise ValueError("supports= only applies to plain functions")
+        if not hasattr(obj, "source_hash"):
+            raise TypeError(f"candidate {obj.name!r} has no source_hash()")
+        return obj
+    return FunctionCandidate(obj, name=name, supports=supports)
+
+
+def candidate(fn: Callable | None = None, *, name: str | None = None, supports: Callable | None = None):
+    """Decorator: ``@candidate(name="x_sigmoid", supports=...)`` or bare ``@candidate``."""
+    if fn is None:
+        return lambda f: FunctionCandidate(f, name=name, supports=supports)
+    return FunctionCandidate(fn, name=name, supports=supports)

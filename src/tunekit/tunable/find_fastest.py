@@ -1,0 +1,233 @@
+"""find_fastest: which candidate runs these params fastest, among those that compute the right thing.
+
+The steps, all inside one wall-clock budget (``max_tuning_ms``) that counts support checks,
+compilation (a candidate's first run), numerical checks, probes and timed runs:
+
+1. ``supports()``: unsupported candidates are skipped with their reason.
+2. The default runs once on proxies (:func:`~tunekit.tunable.params.make_trial`): its output is the
+   reference. Each other candidate runs once on its own proxies (outputs pre-filled with NaN); it
+   is rejected if it raises, returns a tensor other than the outputs it was given, or (with
+   ``numerical_check``) disagrees with the reference (:mod:`tunekit.tunable.numerics`). That first
+   run is also its warm-up (JIT compilation, caches).
+3. Timing. Inputs are copied into enough sets to overflow the GPU's L2, and each measurement runs
+   over all of them, so every run reads cold inputs. A *probe* (one measurement each) drops
+   candidates slower than ``prune_ratio`` x the fastest: long-tail candidates cost one probe, not a
+   full schedule (the seed's "tuning speed" question). Then rounds: in each round every survivor is
+   measured once, in an order rotated from round to round, so drift hits all alike (the seed's
+   "noisy machine" question); as many rounds as the remaining budget allows, at least
+   ``MIN_ROUNDS``. The median of the rounds is the candidate's time.
+4. Choice: the fastest, except that the default keeps its place unless the challenger is faster by
+   more than ``margin``: a tuned op is never slower than an untuned one by more than noise.
+
+An entry whose budget ran out before ``MIN_ROUNDS`` completed rounds is marked incomplete.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .context import TuningSettings
+from .numerics import compare
+from .params import OpParams, make_trial, output_tensors, trial_outputs
+from .results import CandidateRecord
+from .timing import Timer, l2_cache_bytes, make_timer
+
+__all__ = ["find_fastest", "TuningReport", "MIN_ROUNDS", "MAX_ROUNDS", "MAX_INPUT_SETS"]
+
+MIN_ROUNDS = 3
+MAX_ROUNDS = 25
+MAX_INPUT_SETS = 16
+
+
+@dataclass
+class TuningReport:
+    choice: str
+    complete: bool
+    candidates: dict[str, CandidateRecord] = field(default_factory=dict)
+    tuning_ms: float = 0.0
+
+
+class _Budget:
+    def __init__(self, ms: float, clock: Callable[[], float]):
+        self.clock = clock
+        self.start = clock()
+        self.deadline = self.start + ms / 1e3
+
+    def left_ms(self) -> float:
+        return (self.deadline - self.clock()) * 1e3
+
+    def spent_ms(self) -> float:
+        return (self.clock() - self.start) * 1e3
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _check(candidate, trial: OpParams, reference, settings: TuningSettings, tol) -> CandidateRecord | None:
+    """Run ``candidate`` once on ``trial``; a rejection record, or None when it passes."""
+    try:
+        result = candidate.run(trial)
+        _synchronize(trial.device)
+        got = output_tensors(result)
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:  # a failing candidate is rejected, never propagated to the user
+        return CandidateRecord("error", reason=_reason(exc))
+    given = trial_outputs(trial)
+    if len(got) != len(given) or any(g.data_ptr() != t.data_ptr() for g, t in zip(got, given)):
+        return CandidateRecord("error", reason="returned a tensor other than the outputs it was given")
+    if settings.numerical_check:
+        for g, r in zip(got, reference):
+            problem = compare(g, r, tol)
+            if problem:
+                return CandidateRecord("numerics", reason=problem)
+    return None
+
+
+def input_sets(params: OpParams, first: OpParams) -> list[OpParams]:
+    """Enough copies of the inputs that one pass over them overflows L2 (just ``first`` on CPU)."""
+    l2 = l2_cache_bytes(params.device)
+    working = max(1, params.bytes_moved())
+    count = min(MAX_INPUT_SETS, max(1, math.ceil(2 * l2 / working))) if l2 else 1
+    return [first] + [make_trial(params, copy_inputs=True) for _ in range(count - 1)]
+
+
+def find_fastest(op, params: OpParams, settings: TuningSettings, *, clock: Callable[[], float] = time.perf_counter,
+                 timer: Timer | None = None) -> TuningReport:
+    """Tune ``op`` for ``params`` (never touching the user's buffers). See the module docstring."""
+    budget = _Budget(settings.max_tuning_ms, clock)
+    records: dict[str, CandidateRecord] = {}
+    default = op.default
+    tol = op.tolerance(params)
+
+    def out_of_budget(names):
+        for name in names:
+            records.setdefault(name, CandidateRecord("skipped", reason="tuning budget exhausted"))
+
+    challengers = []
+    for c in op.candidates:
+        if c is default:
+            continue
+        if budget.left_ms() <= 0:
+            out_of_budget([c.name])
+            continue
+        try:
+            why = c.supports(params)
+        except Exception as exc:
+            why = f"supports() raised {_reason(exc)}"
+        if why:
+            records[c.name] = CandidateRecord("unsupported", reason=why)
+        else:
+            challengers.append(c)
+
+    # The reference run; an error here is the op's own error and reaches the user.
+    base = make_trial(params)
+    reference = tuple(t.clone() for t in output_tensors(default.run(base)))
+    _synchronize(params.device)
+
+    survivors = [default]
+    for c in challengers:
+        if budget.left_ms() <= 0:
+            out_of_budget([c.name])
+            continue
+        trial = make_trial(params)
+        rejected = _check(c, trial, reference, settings, tol)
+        if rejected:
+            records[c.name] = rejected
+        else:
+            survivors.append(c)
+
+    complete = not any(r.status == "skipped" for r in records.values())
+    if len(survivors) == 1:
+        records[default.name] = CandidateRecord("chosen", reason="the only candidate that can run")
+        return TuningReport(default.name, complete, records, budget.spent_ms())
+    if budget.left_ms() <= 0:
+        out_of_budget(c.name for c in survivors[1:])
+        records[default.name] = CandidateRecord("chosen", reason="default (budget exhausted before timing)")
+        return TuningReport(default.name, False, records, budget.spent_ms())
+
+    times, complete_timing = _time_candidates(survivors, base, params, settings, budget, timer, clock, records)
+    complete = complete and complete_timing
+    return _choose(default, survivors, times, settings, records, complete, budget)
+
+
+def _time_candidates(survivors, base, params, settings, budget, timer, clock, records):
+    timer = timer or make_timer(params.device, graph=settings.cuda_graph, clock=clock)
+    # One list of input sets shared by every candidate: outputs are overwritten and in-place buffers
+    # re-mutated by each run, which changes no candidate's speed.
+    sets = input_sets(params, base)
+    n_sets = len(sets)
+
+    def runner(c):
+        run = c.run
+
+        def run_all():
+            for p in sets:
+                run(p)
+        return run_all
+
+    probe = {c.name: timer.measure(runner(c), 1) / n_sets for c in survivors}
+    fastest = min(probe.values())
+    timed = [survivors[0]]
+    for c in survivors[1:]:
+        if probe[c.name] > settings.prune_ratio * fastest:
+            records[c.name] = CandidateRecord(
+                "pruned", time_ms=probe[c.name],
+                reason=f"probe {probe[c.name]:.4g} ms > {settings.prune_ratio:g} x fastest {fastest:.4g} ms")
+        else:
+            timed.append(c)
+
+    # Repetitions per measurement so one measurement is well above the timer's resolution.
+    per_pass = max(fastest * n_sets, 1e-6)
+    reps = max(1, min(1000, math.ceil(timer.target_ms / per_pass)))
+    try:
+        measures = {c.name: timer.prepare(runner(c), reps) for c in timed}
+    except Exception:  # e.g. a candidate that cannot be captured in a CUDA graph: fall back to events
+        timer = make_timer(params.device, graph=False, clock=clock)
+        measures = {c.name: timer.prepare(runner(c), reps) for c in timed}
+    samples = {c.name: [] for c in timed}
+    round_ms = sum(probe[c.name] for c in timed) * n_sets * reps + 1e-3
+    rounds = 0
+    while rounds < MAX_ROUNDS:
+        if rounds >= MIN_ROUNDS and budget.left_ms() < round_ms:
+            break
+        if rounds < MIN_ROUNDS and budget.left_ms() <= 0:
+            break
+        shift = rounds % len(timed)
+        for c in timed[shift:] + timed[:shift]:
+            samples[c.name].append(measures[c.name]())
+        rounds += 1
+    times = {name: statistics.median(s) if s else probe[name] for name, s in samples.items()}
+    return times, rounds >= MIN_ROUNDS
+
+
+def _choose(default, survivors, times, settings, records, complete, budget) -> TuningReport:
+    best = min(times, key=times.get)
+    base = times[default.name]
+    choice = default.name
+    if best != default.name and times[best] < base * (1.0 - settings.margin):
+        choice = best
+    for name, t in times.items():
+        if name == choice:
+            why = "fastest" if name == best else f"default kept: no candidate faster by more than {settings.margin:.0%}"
+            records[name] = CandidateRecord("chosen", time_ms=t, reason=why)
+        else:
+            ratio = t / times[choice] if times[choice] > 0 else math.inf
+            why = f"{ratio:.2f}x the time of {choice}"
+            if name == best and choice == default.name:
+                why = f"faster by {1 - t / base:.1%}, within the {settings.margin:.0%} margin"
+            records[name] = CandidateRecord("slower", time_ms=t, reason=why)
+    return TuningReport(choice, complete, records, budget.spent_ms())

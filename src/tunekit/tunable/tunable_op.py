@@ -1,0 +1,205 @@
+"""TunableOp: an op's candidates behind one call, and the choice of which one runs.
+
+A call: ``params.cache_key()`` -> in-memory choice -> run it. That cached path reads one ContextVar
+and does two dict lookups: no lock, no device synchronisation, no allocation.
+
+On a miss (:meth:`TunableOp.resolve`, under one process-wide lock so concurrent first calls with
+one signature tune once, and tuning runs never overlap each other's timings):
+
+1. a choice already made in this process for the same signature;
+2. a stored entry for (op, signature, device) whose validators match this environment;
+3. tuning on, not capturing a CUDA graph -> :func:`find_fastest`, store the entry, run the winner;
+4. otherwise the default, and the signature is recorded as untuned when ``record_untuned`` is on.
+   During graph capture nothing is cached, so the first eager call after capture still tunes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import context, validators
+from .candidate import as_candidate
+from .errors import TunekitWarning
+from .find_fastest import find_fastest
+from .numerics import tolerance
+from .params import OpParams
+from .results import Entry
+from .stores import results_store
+
+__all__ = ["TunableOp", "Resolution", "TUNING_LOCK"]
+
+_settings = context._current.get
+
+#: Held while resolving a miss. Re-entrant: a candidate may call another tunable op while tuning.
+TUNING_LOCK = threading.RLock()
+
+
+@dataclass
+class Resolution:
+    """Which candidate runs for a signature, and why (what ``tunekit.explain`` shows)."""
+
+    candidate: object
+    why: str
+    signature: str
+    device: str
+    entry: Entry | None = None
+    cache: bool = True  # False: decide again next call (graph capture)
+
+
+class TunableOp:
+    """Candidates registered by name, exactly one of them the default (which must run any input)."""
+
+    def __init__(self, name: str, params_type: type[OpParams], *, make_params: Callable[..., OpParams] | None = None,
+                 make_example: Callable[..., OpParams] | None = None,
+                 tolerance: Callable[[OpParams], tuple[float, float]] | None = None):
+        self.name = name
+        self.params_type = params_type
+        #: builds params from the public function's arguments (explain)
+        self.make_params = make_params
+        #: builds params on fresh random inputs: ``make_example(shape, dtype, device)`` (CLI, benchmarks)
+        self.make_example = make_example
+        self._tolerance = tolerance
+        #: host clock for tuning budgets and CPU timings (tests inject a fake one)
+        self.clock = time.perf_counter
+        self.candidates: list = []
+        self.default = None
+        self._by_name: dict[str, object] = {}
+        # settings.cache_id -> {cache_key: candidate}; settings.cache_id -> {signature: Resolution}
+        self._choices: dict[tuple, dict] = {}
+        self._decided: dict[tuple, dict[str, Resolution]] = {}
+
+    # -- registration ---------------------------------------------------------------------------
+    def add(self, impl, *, name: str | None = None, supports=None, default: bool = False):
+        """Register a candidate (a Candidate, or a function ``fn(params)`` adapted to one)."""
+        c = as_candidate(impl, name=name, supports=supports)
+        if c.name in self._by_name:
+            raise ValueError(f"op {self.name!r} already has a candidate named {c.name!r}")
+        if default and self.default is not None:
+            raise ValueError(f"op {self.name!r} already has a default candidate ({self.default.name!r})")
+        self.candidates.append(c)
+        self._by_name[c.name] = c
+        if default:
+            self.default = c
+        self.forget()
+        return c
+
+    def candidate(self, name: str):
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"op {self.name!r} has no candidate {name!r}; it has {', '.join(self._by_name)}") from None
+
+    def tolerance(self, params: OpParams) -> tuple[float, float]:
+        """(rtol, atol) for the numerical check: the op's own rule, else by the first input's dtype."""
+        if self._tolerance is not None:
+            return self._tolerance(params)
+        return tolerance(getattr(params, params.inputs[0]).dtype)
+
+    def forget(self) -> None:
+        """Drop in-memory choices (stored results stay)."""
+        with TUNING_LOCK:
+            self._choices.clear()
+            self._decided.clear()
+
+    # -- calling --------------------------------------------------------------------------------
+    def __call__(self, params: OpParams):
+        s = _settings() or context._defaults
+        if not s.enabled:
+            return self.default.run(params)
+        choices = self._choices.get(s.cache_id)
+        if choices is not None:
+            c = choices.get(params.cache_key())
+            if c is not None:
+                return c.run(params)
+        return self._miss(params, s).run(params)
+
+    def _miss(self, params: OpParams, s: context.TuningSettings):
+        with TUNING_LOCK:
+            choices = self._choices.setdefault(s.cache_id, {})
+            key = params.cache_key()
+            c = choices.get(key)
+            if c is not None:
+                return c
+            r = self.resolve(params, s)
+            if r.cache:
+                choices[key] = r.candidate
+            return r.candidate
+
+    def resolve(self, params: OpParams, s: context.TuningSettings | None = None) -> Resolution:
+        """Decide which candidate runs ``params`` (tuning if the settings allow it)."""
+        s = s or context.current()
+        if self.default is None:
+            raise RuntimeError(f"op {self.name!r} has no default candidate")
+        if not s.enabled:
+            return Resolution(self.default, "tunekit is disabled (tuning(enabled=False)): the default runs", "", "")
+        with TUNING_LOCK:
+            signature = params.signature()
+            device = params.device
+            name = validators.device_name(device)
+            decided = self._decided.setdefault(s.cache_id, {})
+            known = decided.get(signature)
+            if known is not None:
+                return known
+            r = self._resolve_new(params, s, signature, device, name)
+            if r.cache:
+                decided[signature] = r
+            return r
+
+    def _resolve_new(self, params, s, signature, device, device_name) -> Resolution:
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        store = results_store(s.results)
+        current = validators.validators_for(device, self.candidates)
+        stale = ""
+        entry = store.get(self.name, signature, device_name) if s.use_stored else None
+        if entry is not None:
+            problems = validators.mismatches(entry.validators, current)
+            if entry.choice not in self._by_name:
+                problems.append(f"chosen candidate {entry.choice} no longer exists")
+            if not problems and (entry.complete or not s.tuning or capturing):
+                how = "stored result" if entry.complete else "stored result (incomplete tuning)"
+                return Resolution(self._by_name[entry.choice], how, signature, device_name, entry)
+            stale = "; ".join(problems) if problems else "stored entry is incomplete"
+        if capturing or not s.tuning:
+            if s.record_untuned:
+                try:
+                    store.record_untuned(self.name, signature, device_name, params.spec())
+                except Exception as exc:  # recording is best effort, never breaks the call
+                    warnings.warn(f"tunekit: could not record untuned signature: {exc}", TunekitWarning, stacklevel=4)
+            why = "a CUDA graph is being captured: no tuning" if capturing else "no tuned result and tuning is off"
+            if stale:
+                why += f" (stored entry ignored: {stale})"
+            return Resolution(self.default, why + ": the default runs", signature, device_name, cache=not capturing)
+        return self._tune(params, s, signature, device, device_name, store, current, stale)
+
+    def _tune(self, params, s, signature, device, device_name, store, current, stale) -> Resolution:
+        try:
+            report = find_fastest(self, params, s, clock=self.clock)
+        except torch.cuda.OutOfMemoryError as exc:
+            warnings.warn(f"tunekit: out of memory while tuning {self.name} {signature}; the default runs "
+                          f"({exc})", TunekitWarning, stacklevel=5)
+            return Resolution(self.default, "tuning ran out of memory: the default runs", signature, device_name)
+        entry = Entry(op=self.name, signature=signature, device=device_name, choice=report.choice,
+                      complete=report.complete, validators=current, candidates=report.candidates,
+                      tuned_at=time.time(), tuning_ms=report.tuning_ms)
+        try:
+            store.put(entry)
+        except Exception as exc:  # a results file we cannot write must not break the op
+            warnings.warn(f"tunekit: could not save tuning result: {exc}", TunekitWarning, stacklevel=5)
+        for other_id, choices in self._choices.items():
+            if other_id[0] == s.cache_id[0] and not other_id[1]:  # tuning-off caches of this store: may hold the default
+                self._decided.get(other_id, {}).pop(signature, None)
+                choices.clear()
+        why = "tuned now" + (f" (stored entry ignored: {stale})" if stale else "")
+        if not report.complete:
+            why += "; budget exhausted, entry marked incomplete"
+        return Resolution(self._by_name[report.choice], why, signature, device_name, entry)
+
+    def __repr__(self) -> str:
+        names = ", ".join(c.name + ("*" if c is self.default else "") for c in self.candidates)
+        return f"<TunableOp {self.name}: {names}>"

@@ -1,0 +1,39 @@
+"""Every test gets its own results file and in-memory choices, so no test sees another's tuning."""
+
+import pytest
+import torch
+
+from tunekit.tunable import context, registry, stores
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def isolated_results(tmp_path, monkeypatch):
+    path = tmp_path / "results.sqlite"
+    for var in context.ENV_VARS.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TUNEKIT_RESULTS", str(path))
+    context.reload_environment()
+    for op in registry.all_ops():
+        op.forget()
+    yield path
+    stores.close_all()
+    for op in registry.all_ops():
+        op.forget()
+    monkeypatch.undo()
+    context.reload_environment()
+
+
+@pytest.fixture
+def cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch.device("cuda")

@@ -1,0 +1,97 @@
+"""The tunekit command, run in-process (and once as a real process)."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tunekit.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_ops_lists_every_op_and_candidate(capsys):
+    code, out, _ = run(capsys, "ops", "--device", "cpu")
+    assert code == 0
+    assert "torch_silu" in out and "torch_x_sigmoid" in out and "default" in out
+    code, out, _ = run(capsys, "ops", "--device", "cpu", "--json")
+    data = json.loads(out)
+    silu = next(o for o in data["ops"] if o["op"] == "silu")
+    assert {c["candidate"] for c in silu["candidates"]} == {"torch_silu", "torch_x_sigmoid"}
+
+
+def test_explore_prints_the_honest_table(capsys):
+    code, out, _ = run(capsys, "explore", "silu", "--shape", "64x33", "--dtype", "float16", "--device", "cpu",
+                       "--repeats", "3")
+    assert code == 0
+    assert "copy bandwidth" in out and "% copy" in out and "* tuned choice:" in out
+    assert "torch_x_sigmoid" in out
+
+
+def test_explore_json(capsys):
+    code, out, _ = run(capsys, "explore", "silu", "--shape", "100", "--device", "cpu", "--repeats", "3", "--json")
+    data = json.loads(out)
+    assert data["signature"] == "x=f32[n=100]@0 out=new cpu"
+    rows = {r["candidate"]: r for r in data["candidates"]}
+    assert rows["torch_silu"]["default"] and rows["torch_silu"]["vs_default"] == 1.0
+    assert sum(r["tuned_choice"] for r in rows.values()) == 1
+    for r in rows.values():
+        assert r["status"] == "ok" and r["time_ms"] > 0 and r["gbps"] > 0 and len(r["first_values"]) == 2
+
+
+def test_explore_on_cuda_without_a_gpu_says_so(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        main(["explore", "silu", "--shape", "8", "--device", "cuda"])
+    code, out, _ = run(capsys, "ops")
+    assert "no CUDA device is present" in out and "GPU candidates are skipped" in out
+
+
+def test_results_show_export_clear_import(capsys, tmp_path):
+    import torch
+    import tunekit
+
+    tunekit.silu(torch.randn(10))
+    tunekit.silu(torch.randn(20))
+    code, out, _ = run(capsys, "results", "show")
+    assert code == 0 and "2 entries" in out and "x=f32[n=10]@0" in out
+    target = tmp_path / "out.csv"
+    assert run(capsys, "results", "export", str(target))[0] == 0
+    rows = list(csv.DictReader(target.open()))
+    assert len(rows) == 2
+    code, out, _ = run(capsys, "results", "clear")
+    assert "cleared 2" in out
+    assert "0 entries" in run(capsys, "results", "show")[1]
+    code, out, _ = run(capsys, "results", "import", str(target))
+    assert code == 0 and "imported 2" in out
+    shown = json.loads(run(capsys, "results", "show", "--json")[1])
+    assert sorted(e["signature"] for e in shown) == sorted(r["signature"] for r in rows)
+
+
+def test_results_import_of_a_bad_file_fails_cleanly(capsys, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("op,signature\nsilu,x\n")
+    code, _, err = run(capsys, "results", "import", str(bad))
+    assert code == 1 and "nothing imported" in err
+    code, _, err = run(capsys, "results", "import", str(tmp_path / "missing.csv"))
+    assert code == 1 and "cannot read" in err
+
+
+def test_results_option_picks_the_file(capsys, tmp_path):
+    target = tmp_path / "elsewhere.sqlite"
+    code, out, _ = run(capsys, "--results", str(target), "results", "show")
+    assert code == 0 and str(target) in out
+
+
+def test_python_dash_m_and_version():
+    out = subprocess.run([sys.executable, "-m", "tunekit", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("tunekit ")

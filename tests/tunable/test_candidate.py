@@ -1,0 +1,55 @@
+"""The candidate interface: functions, closures and classes adapt to it."""
+
+import pytest
+
+from tunekit.tunable.candidate import Candidate, FunctionCandidate, as_candidate, candidate
+
+
+def test_function_and_closure_adapt():
+    def plain(p):
+        return p + 1
+
+    c = as_candidate(plain)
+    assert c.name == "plain" and c.run(1) == 2 and c.supports(1) is None
+    k = 10
+    closure = as_candidate(lambda p: p + k, name="add_k", supports=lambda p: None if p > 0 else "needs p > 0")
+    assert closure.run(1) == 11 and closure.supports(-1) == "needs p > 0" and closure.supports(1) is None
+
+
+def test_decorator_forms():
+    @candidate
+    def bare(p):
+        return p
+
+    @candidate(name="named", supports=lambda p: "never")
+    def other(p):
+        return p
+
+    assert isinstance(bare, FunctionCandidate) and bare.name == "bare"
+    assert other.name == "named" and other.supports(0) == "never"
+
+
+def test_classes_pass_through():
+    class Doubler(Candidate):
+        name = "doubler"
+
+        def run(self, p):
+            return 2 * p
+
+    d = Doubler()
+    assert as_candidate(d) is d and d.run(3) == 6 and d.supports(3) is None
+    assert len(d.source_hash()) == 16
+    with pytest.raises(ValueError):
+        as_candidate(d, name="renamed")
+
+
+def test_source_hash_follows_the_code():
+    a = as_candidate(lambda p: p + 1, name="a")
+    b = as_candidate(lambda p: p + 2, name="a")
+    assert a.source_hash() != b.source_hash()
+    assert a.source_hash() == a.source_hash()
+
+
+def test_non_callable_is_refused():
+    with pytest.raises(TypeError):
+        as_candidate(42)

@@ -1,0 +1,137 @@
+"""find_fastest through a TunableOp, with a fake clock so timings are exact and tests deterministic."""
+
+import pytest
+import torch
+
+import tunekit
+from tunekit.tunable import find_fastest, tuning
+from tunekit.tunable.find_fastest import MIN_ROUNDS
+
+from fakes import FakeClock, ScaleParams, make_op
+
+
+def tuned(op, clock, x, **settings):
+    with tuning(**settings) as s:
+        return find_fastest(op, ScaleParams(x), s, clock=clock)
+
+
+def test_chooses_the_fastest_and_records_every_candidate():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 2.0, "fast": 1.0, "medium": 1.5})
+    report = tuned(op, clock, torch.randn(100))
+    assert report.choice == "fast"
+    assert report.complete
+    assert report.candidates["fast"].status == "chosen"
+    assert report.candidates["fast"].time_ms == pytest.approx(1.0)
+    assert report.candidates["ref"].status == "slower"
+    assert report.candidates["ref"].time_ms == pytest.approx(2.0)
+    assert report.candidates["medium"].time_ms == pytest.approx(1.5)
+
+
+def test_default_keeps_its_place_within_the_margin():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 1.0, "fast": 0.98})
+    report = tuned(op, clock, torch.randn(100))  # 2% faster, default margin 3%
+    assert report.choice == "ref"
+    assert "margin" in report.candidates["fast"].reason
+    report = tuned(op, clock, torch.randn(100), margin=0.01)
+    assert report.choice == "fast"
+
+
+def test_probe_prunes_clearly_slower_candidates():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 1.0, "fast": 0.5, "sluggish": 10.0})
+    report = tuned(op, clock, torch.randn(100))
+    assert report.candidates["sluggish"].status == "pruned"
+    assert report.candidates["sluggish"].time_ms == pytest.approx(10.0)
+    assert op.runs["sluggish"] == 2  # numerical check + one probe, no timed rounds
+    assert op.runs["fast"] >= 2 + MIN_ROUNDS
+    assert report.choice == "fast"
+
+
+def test_default_is_never_pruned():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 10.0, "fast": 1.0})
+    report = tuned(op, clock, torch.randn(100))
+    assert report.candidates["ref"].status == "slower"
+    assert report.candidates["ref"].time_ms == pytest.approx(10.0)
+
+
+def test_budget_covers_checks_and_marks_entry_incomplete():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 4.0, "a": 4.0, "b": 4.0, "c": 4.0})
+    start = clock()
+    report = tuned(op, clock, torch.randn(100), max_tuning_ms=6.0)
+    assert not report.complete
+    skipped = [n for n, r in report.candidates.items() if r.status == "skipped"]
+    assert skipped, report.candidates  # the budget ran out while checking candidates
+    assert report.choice == "ref"
+    # it stops at the first step that starts past the deadline: at most one run of overshoot
+    assert (clock() - start) * 1e3 <= 6.0 + 4.0
+
+
+def test_budget_limits_rounds_and_still_picks_a_winner():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 1.0, "fast": 0.5})
+    report = tuned(op, clock, torch.randn(100), max_tuning_ms=2.5)  # ref run + check + probes use it up
+    assert not report.complete
+    assert report.choice == "fast"
+
+
+def test_rounds_scale_with_budget():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 1.0, "fast": 0.5})
+    tuned(op, clock, torch.randn(100), max_tuning_ms=1000.0)
+    many = op.runs["fast"]
+    op.runs.clear()
+    tuned(op, clock, torch.randn(100), max_tuning_ms=12.0)
+    assert op.runs["fast"] < many
+
+
+@pytest.mark.parametrize("behaviour, status, words", [
+    ("unsupported", "unsupported", "needs a device"),
+    ("wrong", "numerics", "outside rtol"),
+    ("half", "numerics", "NaN where the reference is not"),
+    ("raises", "error", "kernel exploded"),
+    ("returns_new", "error", "other than the outputs"),
+])
+def test_bad_candidates_are_rejected_with_the_reason(behaviour, status, words):
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 1.0, "bad": 0.1}, behaviours={"bad": behaviour})
+    report = tuned(op, clock, torch.randn(1000))
+    assert report.choice == "ref"
+    assert report.candidates["bad"].status == status
+    assert words in report.candidates["bad"].reason
+    if behaviour == "unsupported":
+        assert op.runs["bad"] == 0
+
+
+def test_numerical_check_off_lets_a_wrong_candidate_win():
+    """Shows the check is what rejects it (and that turning it off is the user's explicit choice)."""
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 1.0, "bad": 0.1}, behaviours={"bad": "wrong"})
+    report = tuned(op, clock, torch.randn(100), numerical_check=False)
+    assert report.choice == "bad"
+
+
+def test_failing_candidate_never_reaches_the_user():
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 1.0, "bad": 0.1}, behaviours={"bad": "raises"})
+    op.clock = clock
+    x = torch.randn(64)
+    torch.testing.assert_close(op(ScaleParams(x)), 2 * x)
+
+
+def test_default_error_reaches_the_user():
+    op = make_op(None, {"ref": 1.0, "other": 1.0}, behaviours={"ref": "raises"})
+    with pytest.raises(RuntimeError, match="kernel exploded"):
+        op(ScaleParams(torch.randn(8)))
+
+
+def test_runs_on_a_real_clock_too():
+    op = make_op(None, {"ref": 0.0, "other": 0.0})
+    with tuning() as s:
+        report = find_fastest(op, ScaleParams(torch.randn(1000)), s)
+    assert report.choice in ("ref", "other")
+    assert all(r.time_ms and r.time_ms > 0 for r in report.candidates.values())
+    assert report.tuning_ms < tunekit.settings().max_tuning_ms + 50

@@ -1,0 +1,81 @@
+"""The runtime on a real GPU: graph capture, CUDA timers, L2 rotation, a cached path with no sync."""
+
+import pytest
+import torch
+
+import tunekit
+from tunekit.ops.silu import SiluParams, silu_op
+from tunekit.tunable import find_fastest, results_store, tuning
+from tunekit.tunable.find_fastest import input_sets
+from tunekit.tunable.params import make_trial
+
+pytestmark = pytest.mark.gpu
+
+
+def test_no_tuning_while_a_graph_is_captured_and_tuning_after(cuda):
+    x = torch.randn(3001, device=cuda, dtype=torch.float16)
+    static_out = torch.empty_like(x)
+    tunekit.silu(torch.randn(8, device=cuda))  # initialise CUDA state outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with tuning(record_untuned=True):
+        with torch.cuda.graph(graph):
+            tunekit.silu(x, out=static_out)
+    assert not any("n=3001" in e.signature for e in results_store().entries("silu"))  # nothing tuned
+    assert [u.signature for u in results_store().untuned("silu")] == [SiluParams(x, static_out).signature()]
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(static_out, torch.nn.functional.silu(x))
+    tunekit.silu(x, out=static_out)  # eager now: tunes
+    assert any("n=3001" in e.signature for e in results_store().entries("silu"))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_find_fastest_times_on_the_device(cuda, graph):
+    params = SiluParams(torch.randn(1 << 20, device=cuda, dtype=torch.float16))
+    with tuning(cuda_graph=graph, max_tuning_ms=500) as s:
+        report = find_fastest(silu_op, params, s)
+    assert report.complete
+    times = {n: r.time_ms for n, r in report.candidates.items()}
+    assert all(t is not None and 0 < t < 10 for t in times.values()), times
+    # the composite moves 3x the bytes of the fused kernel: it must not win
+    assert report.choice == "torch_silu"
+
+
+def test_small_inputs_are_rotated_to_stay_cold_in_l2(cuda):
+    params = SiluParams(torch.randn(1 << 16, device=cuda))
+    sets = input_sets(params, make_trial(params))
+    l2 = torch.cuda.get_device_properties(cuda).L2_cache_size
+    assert len(sets) > 1
+    assert len(sets) * params.bytes_moved() >= min(2 * l2, 16 * params.bytes_moved())
+    assert len({s.x.data_ptr() for s in sets}) == len(sets)
+
+
+def test_cached_call_does_not_synchronise_or_allocate_extra(cuda):
+    x = torch.randn(1 << 20, device=cuda)
+    tunekit.silu(x)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats(cuda)["allocation.all.allocated"]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = tunekit.silu(x)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    after = torch.cuda.memory_stats(cuda)["allocation.all.allocated"]
+    assert after - before == 1  # the output, nothing else
+    torch.testing.assert_close(y, torch.nn.functional.silu(x))
+
+
+def test_tuning_a_new_elementwise_signature_stays_well_under_100_ms(cuda):
+    import time
+
+    tunekit.silu(torch.randn(1000, device=cuda))  # CUDA context, events, first allocations
+    torch.cuda.synchronize()
+    for n in (1 << 16, 1 << 22, 1 << 24):
+        x = torch.randn(n, device=cuda, dtype=torch.float16)
+        t0 = time.perf_counter()
+        tunekit.silu(x)
+        torch.cuda.synchronize()
+        elapsed = (time.perf_counter() - t0) * 1e3
+        assert elapsed < 100, f"n={n}: first call took {elapsed:.1f} ms"
