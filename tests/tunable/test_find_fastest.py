@@ -135,3 +135,20 @@ def test_runs_on_a_real_clock_too():
     assert report.choice in ("ref", "other")
     assert all(r.time_ms and r.time_ms > 0 for r in report.candidates.values())
     assert report.tuning_ms < tunekit.settings().max_tuning_ms + 50
+
+
+def test_times_are_per_call_when_inputs_are_rotated(monkeypatch):
+    """With several input sets (as on a GPU with L2 to overflow), times are still per call."""
+    import importlib
+
+    ff = importlib.import_module("tunekit.tunable.find_fastest")  # the module, not the function
+
+    monkeypatch.setattr(ff, "l2_cache_bytes", lambda device: 10**6)
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 2.0, "fast": 1.0, "sluggish": 9.0})
+    x = torch.randn(1000)
+    assert len(ff.input_sets(ScaleParams(x), ScaleParams(x))) > 1
+    report = tuned(op, clock, x, max_tuning_ms=10_000)
+    assert report.candidates["fast"].time_ms == pytest.approx(1.0)
+    assert report.candidates["ref"].time_ms == pytest.approx(2.0)
+    assert report.candidates["sluggish"].time_ms == pytest.approx(9.0)  # pruned: its probe, per call

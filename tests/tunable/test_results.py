@@ -1,62 +1,26 @@
-"""Tests for the SQLite results store: real files, real sqlite, real processes."""
+"""The SQLite results store: entries, untuned records, paths, CSV export and import."""
 
 import csv
 import json
 import os
 import pathlib
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
-import warnings
 
 import pytest
 
-from tunekit.tunable.errors import ResultsImportError, TunekitWarning
+from tunekit.tunable.errors import ResultsImportError
 from tunekit.tunable.results import (
-    APPLICATION_ID, SCHEMA_VERSION, STATUSES, CandidateRecord, Entry, ResultsStore,
+    APPLICATION_ID, SCHEMA_VERSION, STATUSES, CandidateRecord, ResultsStore,
     UntunedRecord, default_results_path,
 )
 
 SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
 
-
-def make_entry(op="matmul", signature="f16[64,64]@f16[64,64]", device="cpu", **kw):
-    fields = dict(
-        choice="tiled",
-        complete=True,
-        validators={"torch": "2.13.0", "src:tiled": "ab12cd", "gpu": "NVIDIA H100 80GB HBM3"},
-        candidates={
-            "tiled": CandidateRecord("chosen", 0.1 + 0.2, None),
-            "naive": CandidateRecord("slower", 1e-300, "3.2x slower than tiled"),
-            "fancy": CandidateRecord("numerics", None, "max abs err 0.5 > 1e-3 (Ünïcødé 漢字 🚀)"),
-            "blocked": CandidateRecord("unsupported"),
-        },
-        tuned_at=1_700_000_000.123456789,
-        tuning_ms=1234.5678901234,
-    )
-    fields.update(kw)
-    return Entry(op, signature, device, **fields)
+from store_helpers import make_entry
 
 
-def open_quietly(path):
-    """Open a store, returning it and the TunekitWarnings raised while opening."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        store = ResultsStore(path)
-    return store, [w for w in caught if issubclass(w.category, TunekitWarning)]
-
-
-def assert_usable_empty_memory_store(store):
-    assert store.in_memory and store.problem
-    assert len(store) == 0 and store.entries() == []
-    entry = make_entry()
-    store.put(entry)
-    assert store.get(entry.op, entry.signature, entry.device) == entry
-
-
-# --- basic behaviour ---------------------------------------------------------------------------
 
 def test_round_trip_put_get_entries_len(tmp_path):
     path = tmp_path / "results.sqlite"
@@ -225,186 +189,6 @@ def test_store_uses_default_path_and_creates_dirs(tmp_path, monkeypatch):
 
 # --- many processes ------------------------------------------------------------------------------
 
-CHILD = r"""
-import pathlib, sys, time, warnings
-from tunekit.tunable.results import CandidateRecord, Entry, ResultsStore
-path, rank, ready_dir = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3])
-(ready_dir / f"ready-{rank}").touch()
-while not (ready_dir / "go").exists():   # open the new file all at the same moment
-    time.sleep(0.005)
-warnings.simplefilter("error")           # falling back to memory would lose the writes
-for k in range(10):                      # more races to create a schema, on smaller files
-    race = ResultsStore(ready_dir / f"race{k}.sqlite")
-    race.put(Entry("op", str(rank), "cpu", "c", True, {}, {"c": CandidateRecord("chosen")}, 0.0))
-    race.close()
-store = ResultsStore(path)
-for i in range(50):
-    store.put(Entry("op", f"p{rank}-{i}", "cpu", "c", True, {"rank": str(rank)},
-                    {"c": CandidateRecord("chosen", float(i))}, time.time(), 1.0))
-store.close()
-"""
-
-
-def test_eight_processes_write_to_one_new_file(tmp_path):
-    path = tmp_path / "shared" / "results.sqlite"
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(rank), str(tmp_path)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for rank in range(8)]
-    try:
-        deadline = time.monotonic() + 300  # importing tunekit may import torch: slow on 2 cores
-        while len(list(tmp_path.glob("ready-*"))) < 8:
-            assert time.monotonic() < deadline, "children did not start"
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-            time.sleep(0.01)
-        (tmp_path / "go").touch()
-        results = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, (_, err) in zip(procs, results):
-        assert p.returncode == 0, err.decode()
-    store = ResultsStore(path)
-    assert not store.in_memory
-    assert len(store) == 400
-    assert {e.signature for e in store.entries()} == {f"p{r}-{i}" for r in range(8) for i in range(50)}
-    for k in range(10):
-        assert len(ResultsStore(tmp_path / f"race{k}.sqlite")) == 8
-
-
-# --- bad files -----------------------------------------------------------------------------------
-
-def write_store(path, n=300):
-    """A valid store spanning many pages, so that cutting it loses tables."""
-    store = ResultsStore(path)
-    for i in range(n):
-        store.put(make_entry(signature=f"sig{i}", validators={"blob": "x" * 300}))
-    store.close()
-
-
-def make_random(path):
-    path.write_bytes(os.urandom(64 * 1024))
-
-
-def make_truncated(path):
-    write_store(path)
-    data = path.read_bytes()
-    assert len(data) > 4 * 4096
-    path.write_bytes(data[: len(data) // 2])
-
-
-def make_foreign_sqlite(path):
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE users (name TEXT)")
-    conn.execute("INSERT INTO users VALUES ('alice')")
-    conn.commit()
-    conn.close()
-
-
-def make_other_application_id(path):
-    write_store(path, n=1)
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA application_id = 12345")
-    conn.close()
-
-
-def make_newer_schema(path):
-    write_store(path, n=1)
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    conn.commit()
-    conn.close()
-
-
-def make_text(path):
-    path.write_text("these are my notes, not a database\n" * 20)
-
-
-@pytest.mark.parametrize("make, words", [
-    (make_random, "not an SQLite database"),
-    (make_truncated, "corrupt"),
-    (make_foreign_sqlite, "another application"),
-    (make_other_application_id, "another application"),
-    (make_newer_schema, "newer tunekit"),
-    (make_text, "not an SQLite database"),
-])
-def test_bad_file_falls_back_to_memory_with_one_warning(tmp_path, make, words):
-    path = tmp_path / "results.sqlite"
-    make(path)
-    original = path.read_bytes()
-    store, caught = open_quietly(path)
-    assert len(caught) == 1
-    message = str(caught[0].message)
-    assert str(path) in message and words in message and "will not be saved" in message
-    assert words in store.problem
-    with warnings.catch_warnings(record=True) as later:  # no further warnings while in use
-        warnings.simplefilter("always")
-        assert_usable_empty_memory_store(store)
-        store.record_untuned("op", "sig", "cpu", {})
-        store.close()
-    assert later == []
-    assert path.read_bytes() == original
-
-
-def test_empty_and_missing_files_become_new_stores(tmp_path):
-    empty = tmp_path / "empty.sqlite"
-    empty.write_bytes(b"")
-    for path in (empty, tmp_path / "a" / "b" / "new.sqlite"):
-        store, caught = open_quietly(path)
-        assert caught == [] and not store.in_memory
-        store.put(make_entry())
-        store.close()
-        assert len(ResultsStore(path)) == 1
-
-
-@pytest.mark.parametrize("kind", ["under_a_file", "is_a_directory", "read_only_dir"])
-def test_unwritable_location_falls_back_with_one_warning(tmp_path, kind):
-    if kind == "under_a_file":
-        (tmp_path / "plain").write_text("x")
-        path = tmp_path / "plain" / "results.sqlite"
-    elif kind == "is_a_directory":
-        path = tmp_path / "results.sqlite"
-        path.mkdir()
-    else:
-        if os.geteuid() == 0:
-            pytest.skip("root can write to read-only directories")
-        (tmp_path / "ro").mkdir()
-        path = tmp_path / "ro" / "results.sqlite"
-        os.chmod(tmp_path / "ro", 0o555)
-    try:
-        store, caught = open_quietly(path)
-        assert len(caught) == 1 and str(path) in str(caught[0].message)
-        assert_usable_empty_memory_store(store)
-    finally:
-        os.chmod(path.parent, 0o755)
-
-
-def test_database_error_during_use_falls_back_once(tmp_path):
-    path = tmp_path / "results.sqlite"
-    store = ResultsStore(path)
-    store.put(make_entry(signature="saved"))
-    other = sqlite3.connect(path)  # someone breaks the file behind the store's back
-    other.execute("DROP TABLE entries")
-    other.commit()
-    other.close()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert store.get("matmul", "saved", "cpu") is None
-        store.put(make_entry(signature="later"))
-        assert store.get("matmul", "later", "cpu") == make_entry(signature="later")
-        assert len(store) == 1
-    assert len(caught) == 1 and issubclass(caught[0].category, TunekitWarning)
-    assert str(path) in str(caught[0].message) and "no such table" in store.problem
-    assert store.in_memory
-    conn = sqlite3.connect(path)  # the in-memory writes did not touch the file
-    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master")} >= {"untuned", "meta"}
-    assert "entries" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-    conn.close()
-
-
-# --- CSV -----------------------------------------------------------------------------------------
-
 def fill(store):
     store.put(make_entry())
     store.put(make_entry("softmax", "f32[8],dim=-1", "NVIDIA H100 80GB HBM3", complete=False,
@@ -453,8 +237,9 @@ COLUMNS = ["op", "signature", "device", "choice", "complete", "tuned_at", "tunin
 
 
 @pytest.mark.parametrize("changes, words", [
-    ({"candidates": "{not json"}, "not valid JSON"),
+    ({"candidates": "{not json"}, "candidates cannot be parsed"),
     ({"validators": "[1, 2]"}, "validators"),
+    ({"validators": "{'a': 'b'}"}, "validators cannot be parsed"),
     ({"validators": '{"a": 1}'}, "validators"),
     ({"choice": "nope"}, "choice"),
     ({"choice": "a", "candidates": GOOD.replace("chosen", "fastest")}, "status"),
@@ -519,3 +304,4 @@ def test_import_rejects_short_row(tmp_path):
 def test_statuses_constant():
     assert STATUSES == ("chosen", "timed", "slower", "pruned", "unsupported", "numerics",
                         "error", "skipped")
+

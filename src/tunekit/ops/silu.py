@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ._arguments import check_float_tensor, elementwise_destination
 from ..tunable.params import OpParams, tensor_key, tensor_signature
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
@@ -36,6 +37,8 @@ class SiluParams(OpParams):
     def cache_key(self):
         x, out = self.x, self.out
         tail = None if out is None else "inplace" if out is x else tensor_key(out)
+        if x.is_contiguous():  # candidates see a flat array: the element count is the shape that matters
+            return (x.dtype, x.numel(), x.data_ptr() & 15, x.device, tail)
         return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.device, tail)
 
     def signature(self) -> str:
@@ -68,46 +71,10 @@ def torch_x_sigmoid(p: SiluParams) -> torch.Tensor:
     return torch.mul(p.x, torch.sigmoid(p.x), out=p.out)
 
 
-def _check_out(x: torch.Tensor, out: torch.Tensor) -> None:
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"tunekit.silu: out must be a tensor, got {type(out).__name__}")
-    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"tunekit.silu: out must match x in shape, dtype and device: x is {x.dtype}{list(x.shape)} "
-                         f"on {x.device}, out is {out.dtype}{list(out.shape)} on {out.device}")
-    if out.numel() > 1 and any(st == 0 and sz > 1 for sz, st in zip(out.shape, out.stride())):
-        raise ValueError("tunekit.silu: out has overlapping elements (an expanded tensor) and cannot be written")
-    if out is not x and out.numel() and x.numel() and out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
-        same = out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
-        if not same and _overlaps(x, out):
-            raise ValueError("tunekit.silu: out partially overlaps x; pass inplace=True or a separate tensor")
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    def span(t):
-        n = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-        return t.data_ptr(), t.data_ptr() + n * t.element_size()
-    a0, a1 = span(a)
-    b0, b1 = span(b)
-    return a0 < b1 and b0 < a1
-
-
 def make_params(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = False) -> SiluParams:
     """Validate the public arguments into params."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"tunekit.silu: x must be a tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"tunekit.silu: x must be a floating-point tensor, got {x.dtype}")
-    if inplace:
-        if out is not None:
-            raise ValueError("tunekit.silu: pass either out= or inplace=True, not both")
-        if x.numel() > 1 and any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride())):
-            raise ValueError("tunekit.silu: cannot work in place on an expanded tensor (overlapping elements)")
-        out = x
-    elif out is not None:
-        _check_out(x, out)
-        if out.data_ptr() == x.data_ptr() and out.stride() == x.stride() and out.numel():
-            out = x  # the same memory: an in-place call
-    return SiluParams(x, out)
+    check_float_tensor("silu", x)
+    return SiluParams(x, elementwise_destination("silu", x, out, inplace))
 
 
 def make_example(shape, dtype=torch.float32, device="cpu") -> SiluParams:
@@ -126,12 +93,14 @@ def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = Fa
     ``inplace=True`` into ``x``. When autograd must record the call it runs PyTorch's kernel.
     """
     if out is None and not inplace and type(x) is torch.Tensor and x.is_floating_point():
-        if not (x.requires_grad and torch.is_grad_enabled()):  # the common call, kept short
-            return silu_op(SiluParams(x))
+        if not (x.requires_grad and _grad_enabled()):  # the common call, kept short
+            return _silu_call(SiluParams(x))
     params = make_params(x, out=out, inplace=inplace)
     if x.requires_grad and torch.is_grad_enabled():
         return torch_silu(params)
-    return silu_op(params)
+    return _silu_call(params)
 
 
+_silu_call = silu_op.call
+_grad_enabled = torch.is_grad_enabled
 swish = silu

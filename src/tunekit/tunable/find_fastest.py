@@ -210,7 +210,8 @@ def _time_candidates(survivors, base, params, settings, budget, timer, clock, re
         for c in timed[shift:] + timed[:shift]:
             samples[c.name].append(measures[c.name]())
         rounds += 1
-    times = {name: statistics.median(s) if s else probe[name] for name, s in samples.items()}
+    # per call: a measurement is one pass over all input sets
+    times = {name: statistics.median(s) / n_sets if s else probe[name] for name, s in samples.items()}
     return times, rounds >= MIN_ROUNDS
 
 

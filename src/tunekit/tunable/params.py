@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Hashable
 
 import torch
 
-__all__ = ["OpParams", "make_trial", "empty_exact", "clone_exact", "tensor_signature", "tensor_key", "DTYPE_NAMES"]
+__all__ = ["OpParams", "make_trial", "overlaps", "empty_exact", "clone_exact", "tensor_signature", "tensor_key", "DTYPE_NAMES"]
 
 DTYPE_NAMES = {
     torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -90,7 +90,7 @@ class OpParams:
             a = getattr(self, i)
             for o in self.outputs:
                 b = getattr(self, o)
-                if b is not None and _same_memory(a, b):
+                if b is not None and overlaps(a, b):
                     names.append(i)
                     break
         return tuple(names)
@@ -105,7 +105,8 @@ class OpParams:
             return f"<{type(self).__name__}>"
 
 
-def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory spans of ``a`` and ``b`` intersect."""
     if a.device != b.device or a.numel() == 0 or b.numel() == 0:
         return False
     if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():

@@ -1,20 +1,18 @@
 """Persistent store of tuning results: which candidate won for an (op, signature, device).
 
-Tuning is expensive, so its outcome is kept in an embedded SQLite file that many processes
-(data loader workers, parallel test runs, several jobs on one node) may read and write at
-once.  SQLite in WAL mode with ``BEGIN IMMEDIATE`` write transactions and a long busy
-timeout gives us that without a server.  Nested data is stored as JSON, never pickle: the
-file may come from elsewhere and must never be able to run code.
+Tuning is expensive, so its outcome is kept in an SQLite file that many processes (loader
+workers, parallel tests, jobs on one node) read and write at once: WAL mode, ``BEGIN
+IMMEDIATE`` writes and a long busy timeout make that safe without a server.  Nested data is
+JSON, never pickle: the file may come from elsewhere and must not be able to run code.
 
-The store must never take the program down.  A file that is corrupt, truncated, belongs to
-another application, or cannot be written is left untouched; the store warns once and
-carries on as an empty in-memory store, so tuning still works but is not saved.
-
-This module is stdlib only (no torch) so tools can inspect results cheaply.
+The store never takes the program down.  A file that is corrupt, foreign or unwritable is
+left untouched; the store warns once and carries on as an empty in-memory store, so tuning
+still works but is not saved.  Stdlib only (no torch), so tools can read results cheaply.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -22,6 +20,7 @@ import os
 import pathlib
 import random
 import sqlite3
+import sys
 import threading
 import time
 import warnings
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from tunekit.tunable.errors import ResultsImportError, TunekitWarning
 
 SCHEMA_VERSION = 1
-APPLICATION_ID = 0x544B5231  # "TKR1": PRAGMA application_id, marks the file as ours
+APPLICATION_ID = 0x544B5231  # "TKR1" in PRAGMA application_id marks the file as ours
 STATUSES = ("chosen", "timed", "slower", "pruned", "unsupported", "numerics", "error", "skipped")
 CSV_COLUMNS = ("op", "signature", "device", "choice", "complete", "tuned_at", "tuning_ms",
                "validators", "candidates")
@@ -39,29 +38,26 @@ CSV_COLUMNS = ("op", "signature", "device", "choice", "complete", "tuned_at", "t
 _BUSY_TIMEOUT_MS = 30_000
 _LOCK_RETRIES = 5
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_TABLES = ("entries", "untuned", "meta")
+_KEY_COLUMNS = "op TEXT NOT NULL, signature TEXT NOT NULL, device TEXT NOT NULL"
 _SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS entries (
-        op TEXT NOT NULL, signature TEXT NOT NULL, device TEXT NOT NULL,
-        choice TEXT NOT NULL, complete INTEGER NOT NULL,
-        validators TEXT NOT NULL, candidates TEXT NOT NULL,
-        tuned_at REAL NOT NULL, tuning_ms REAL NOT NULL,
-        PRIMARY KEY (op, signature, device))""",
-    """CREATE TABLE IF NOT EXISTS untuned (
-        op TEXT NOT NULL, signature TEXT NOT NULL, device TEXT NOT NULL,
-        spec TEXT NOT NULL, first_seen REAL NOT NULL,
-        PRIMARY KEY (op, signature, device))""",
+    f"CREATE TABLE IF NOT EXISTS entries ({_KEY_COLUMNS}, choice TEXT NOT NULL, complete INTEGER NOT NULL,"
+    " validators TEXT NOT NULL, candidates TEXT NOT NULL, tuned_at REAL NOT NULL,"
+    " tuning_ms REAL NOT NULL, PRIMARY KEY (op, signature, device))",
+    f"CREATE TABLE IF NOT EXISTS untuned ({_KEY_COLUMNS}, spec TEXT NOT NULL, first_seen REAL NOT NULL,"
+    " PRIMARY KEY (op, signature, device))",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
     f"INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
-    f"PRAGMA application_id = {APPLICATION_ID}",  # transactional: set with the tables
+    f"PRAGMA application_id = {APPLICATION_ID}",  # part of the transaction, like the tables
 )
-_ENTRY_COLUMNS = "op, signature, device, choice, complete, validators, candidates, tuned_at, tuning_ms"
+_IS_KEY = "op = ? AND signature = ? AND device = ?"
+_SELECT_ENTRIES = f"SELECT {', '.join(CSV_COLUMNS)} FROM entries"
+_UPSERT_ENTRY = (f"INSERT OR REPLACE INTO entries ({', '.join(CSV_COLUMNS)}) "
+                 f"VALUES ({', '.join('?' * len(CSV_COLUMNS))})")
 
 
 @dataclass(frozen=True)
 class CandidateRecord:
     """What happened to one candidate while tuning: its status, time, and why."""
-
     status: str                   # one of STATUSES
     time_ms: float | None = None  # median time when timed
     reason: str | None = None     # why rejected / not chosen
@@ -70,7 +66,6 @@ class CandidateRecord:
 @dataclass
 class Entry:
     """The tuning result for one op on one input signature on one device."""
-
     op: str
     signature: str
     device: str                   # device name, e.g. "NVIDIA H100 80GB HBM3" or "cpu"
@@ -85,7 +80,6 @@ class Entry:
 @dataclass(frozen=True)
 class UntunedRecord:
     """A signature met without a tuned entry, kept so it can be tuned offline later."""
-
     op: str
     signature: str
     device: str
@@ -95,9 +89,7 @@ class UntunedRecord:
 
 def default_results_path() -> pathlib.Path:
     """$TUNEKIT_RESULTS, else $XDG_CACHE_HOME/tunekit/results.sqlite, else ~/.cache/tunekit/...
-
-    Results are a cache of measurements, so they live in the user's cache directory.
-    """
+    (results are a cache of measurements, so by default they live in the user's cache dir)."""
     explicit = os.environ.get("TUNEKIT_RESULTS")
     if explicit:
         return pathlib.Path(explicit).expanduser()
@@ -106,164 +98,150 @@ def default_results_path() -> pathlib.Path:
     return base / "tunekit" / "results.sqlite"
 
 
-class _Problem(Exception):
-    """The file at the store's path cannot be used; the message says why."""
-
-
-# --- validation and (de)serialisation -------------------------------------------------------
-
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _check_entry(entry: Entry) -> None:
-    """Raise ValueError unless entry is storable; put() and import_csv() share these rules,
-    so whatever is exported can always be imported again."""
+def _require(ok, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _check_entry(e: Entry) -> None:
+    """Raise ValueError unless the entry is storable.  put(), import_csv() and reading the
+    file share these rules, so whatever is stored or exported can always be read back."""
     for name in ("op", "signature", "device", "choice"):
-        value = getattr(entry, name)
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-    if not isinstance(entry.complete, bool):
-        raise ValueError(f"complete must be a bool, got {entry.complete!r}")
+        value = getattr(e, name)
+        _require(isinstance(value, str) and value, f"{name} must be a non-empty string, got {value!r}")
+    _require(isinstance(e.complete, bool), f"complete must be a bool, got {e.complete!r}")
     for name in ("tuned_at", "tuning_ms"):
-        if not _is_number(getattr(entry, name)):
-            raise ValueError(f"{name} must be a finite number, got {getattr(entry, name)!r}")
-    if not isinstance(entry.validators, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in entry.validators.items()):
-        raise ValueError("validators must be a dict of str -> str")
-    if not isinstance(entry.candidates, dict):
-        raise ValueError("candidates must be a dict of name -> CandidateRecord")
-    for name, rec in entry.candidates.items():
-        if not isinstance(name, str) or not isinstance(rec, CandidateRecord):
-            raise ValueError(f"candidate {name!r} must map a str to a CandidateRecord")
-        if rec.status not in STATUSES:
-            raise ValueError(f"candidate {name!r} has unknown status {rec.status!r}")
-        if rec.time_ms is not None and not _is_number(rec.time_ms):
-            raise ValueError(f"candidate {name!r} time_ms must be a finite number or null")
-        if rec.reason is not None and not isinstance(rec.reason, str):
-            raise ValueError(f"candidate {name!r} reason must be a string or null")
-    if entry.choice not in entry.candidates:
-        raise ValueError(f"choice {entry.choice!r} is not one of the candidates")
+        value = getattr(e, name)
+        _require(_is_number(value), f"{name} must be a finite number, got {value!r}")
+    _require(isinstance(e.validators, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in e.validators.items()),
+             "validators must be an object of string -> string")
+    _require(isinstance(e.candidates, dict), "candidates must map names to CandidateRecord")
+    for name, rec in e.candidates.items():
+        _require(isinstance(name, str) and isinstance(rec, CandidateRecord),
+                 f"candidate {name!r} must map a string to a CandidateRecord")
+        _require(rec.status in STATUSES, f"candidate {name!r} has unknown status {rec.status!r}")
+        _require(rec.time_ms is None or _is_number(rec.time_ms),
+                 f"candidate {name!r} time_ms must be a finite number or null, got {rec.time_ms!r}")
+        _require(rec.reason is None or isinstance(rec.reason, str),
+                 f"candidate {name!r} reason must be a string or null")
+    _require(e.choice in e.candidates, f"choice {e.choice!r} is not one of the candidates")
 
 
-def _candidates_json(candidates: dict[str, CandidateRecord]) -> str:
-    return json.dumps({name: {"status": r.status, "time_ms": r.time_ms, "reason": r.reason}
-                       for name, r in candidates.items()})
+def _to_row(e: Entry) -> tuple:
+    """Entry -> values in CSV_COLUMNS order (the database row and the CSV row alike)."""
+    candidates = {name: {"status": r.status, "time_ms": r.time_ms, "reason": r.reason}
+                  for name, r in e.candidates.items()}
+    return (e.op, e.signature, e.device, e.choice, int(e.complete), float(e.tuned_at),
+            float(e.tuning_ms), json.dumps(e.validators), json.dumps(candidates))
 
 
-def _candidates_from_json(text: str) -> dict[str, CandidateRecord]:
-    """Parse candidates JSON, checking its shape (values are checked by _check_entry)."""
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError("candidates must be a JSON object")
-    out = {}
-    for name, rec in data.items():
-        if not isinstance(rec, dict) or "status" not in rec or set(rec) - {"status", "time_ms", "reason"}:
-            raise ValueError(f"candidate {name!r} must be an object with status, time_ms, reason")
-        t = rec.get("time_ms")
-        out[name] = CandidateRecord(rec["status"], float(t) if _is_number(t) else t, rec.get("reason"))
-    return out
+def _parse(parse, text, what: str):
+    """parse(text), failing with a ValueError that names the column."""
+    try:
+        return parse(text)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} cannot be parsed: {e}") from None
 
 
-def _entry_from_row(row) -> Entry:
-    op, signature, device, choice, complete, validators, candidates, tuned_at, tuning_ms = row
-    entry = Entry(op, signature, device, choice, bool(complete), json.loads(validators),
-                  _candidates_from_json(candidates), float(tuned_at), float(tuning_ms))
+def _from_row(op, signature, device, choice, complete: bool, tuned_at, tuning_ms,
+              validators: str, candidates: str) -> Entry:
+    """Values in CSV_COLUMNS order -> checked Entry; ValueError says what is wrong."""
+    tuned_at, tuning_ms = _parse(float, tuned_at, "tuned_at"), _parse(float, tuning_ms, "tuning_ms")
+    data = _parse(json.loads, candidates, "candidates")
+    _require(isinstance(data, dict), "candidates must be a JSON object")
+    try:
+        records = {name: CandidateRecord(**rec) for name, rec in data.items()}
+    except TypeError:
+        raise ValueError("each candidate must be an object with status, time_ms, reason") from None
+    entry = Entry(op, signature, device, choice, complete, _parse(json.loads, validators, "validators"),
+                  records, tuned_at, tuning_ms)
     _check_entry(entry)
     return entry
 
 
-def _entry_params(entry: Entry) -> tuple:
-    return (entry.op, entry.signature, entry.device, entry.choice, int(entry.complete),
-            json.dumps(entry.validators), _candidates_json(entry.candidates),
-            float(entry.tuned_at), float(entry.tuning_ms))
-
-
-def _entry_from_csv(row: dict) -> Entry:
-    """Build an Entry from one CSV row, raising ValueError with a readable reason."""
-    if None in row:
-        raise ValueError(f"has more fields than the {len(CSV_COLUMNS)} columns")
+def _from_csv(row: dict) -> Entry:
+    """One csv.DictReader row -> checked Entry; ValueError says what is wrong."""
+    _require(None not in row, f"has more fields than the {len(CSV_COLUMNS)} columns")
     empty = [c for c in CSV_COLUMNS if not (row.get(c) or "").strip()]
-    if empty:
-        raise ValueError(f"missing or empty column(s): {', '.join(empty)}")
-    complete = row["complete"].strip().lower()
-    if complete not in ("0", "1", "true", "false"):
-        raise ValueError(f"complete must be 0/1/true/false, got {row['complete']!r}")
-    numbers = {}
-    for name in ("tuned_at", "tuning_ms"):
-        try:
-            numbers[name] = float(row[name])
-        except ValueError:
-            raise ValueError(f"{name} is not a number: {row[name]!r}") from None
-    try:
-        validators = json.loads(row["validators"])
-    except ValueError as e:
-        raise ValueError(f"validators is not valid JSON ({e})") from None
-    try:
-        candidates = _candidates_from_json(row["candidates"])
-    except json.JSONDecodeError as e:
-        raise ValueError(f"candidates is not valid JSON ({e})") from None
-    entry = Entry(row["op"], row["signature"], row["device"], row["choice"],
-                  complete in ("1", "true"), validators, candidates, **numbers)
-    _check_entry(entry)
-    return entry
+    _require(not empty, f"missing or empty column(s): {', '.join(empty)}")
+    values = [row[c] for c in CSV_COLUMNS]
+    complete = values[4].strip().lower()
+    _require(complete in ("0", "1", "true", "false"), f"complete must be 0/1/true/false, got {values[4]!r}")
+    values[4] = complete in ("1", "true")
+    return _from_row(*values)
 
 
-# --- connections -----------------------------------------------------------------------------
+def _load(rows) -> list[Entry]:
+    """Database rows -> entries.  A row that does not parse (edited or damaged by hand) is
+    treated as absent, so it gets retuned and overwritten instead of crashing the caller."""
+    entries = []
+    for row in rows:
+        with contextlib.suppress(TypeError, ValueError):
+            entries.append(_from_row(*row[:4], bool(row[4]), *row[5:]))
+    return entries
+
+
+class _Problem(Exception):
+    """The file at the store's path cannot be used; the message says why."""
+
 
 def _retry(fn):
-    """Call fn, retrying when SQLite reports a lock it could not wait out (rare with the busy
-    timeout, but e.g. switching to WAL can fail at once while another process holds a lock)."""
+    """Call fn, retrying when SQLite reports a lock it did not wait out (rare with the busy
+    timeout, but e.g. switching to WAL fails at once while another process holds a lock)."""
     for attempt in range(_LOCK_RETRIES):
         try:
             return fn()
         except sqlite3.OperationalError as e:
-            message = str(e).lower()
-            if attempt == _LOCK_RETRIES - 1 or ("locked" not in message and "busy" not in message):
+            if attempt == _LOCK_RETRIES - 1 or not ("locked" in str(e) or "busy" in str(e)):
                 raise
             time.sleep(0.05 * 2 ** attempt * (1 + random.random()))
 
 
+def _transaction(conn: sqlite3.Connection, fn, mode: str = "IMMEDIATE"):
+    """fn(conn) in one transaction.  Writes use IMMEDIATE: taking the write lock up front
+    avoids the deadlock two deferred transactions hit when both upgrade to writing."""
+    conn.execute(f"BEGIN {mode}")
+    try:
+        result = fn(conn)
+        conn.execute("COMMIT")
+        return result
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
 def _connect(target: str) -> sqlite3.Connection:
-    # isolation_level=None: we issue BEGIN/COMMIT ourselves, so transactions are explicit.
+    """A connection with no implicit transactions (we BEGIN/COMMIT ourselves); one to
+    ":memory:" comes with the tables made."""
     conn = sqlite3.connect(target, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                            check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-    return conn
-
-
-def _memory_connection() -> sqlite3.Connection:
-    conn = _connect(":memory:")
-    for statement in _SCHEMA:
+    for statement in _SCHEMA if target == ":memory:" else ():
         conn.execute(statement)
     return conn
 
 
 def _inspect(conn: sqlite3.Connection) -> str:
     """Return "new" for an empty database, "ours" for a tunekit store; raise _Problem otherwise.
-
-    Reads in one transaction: between two autocommit reads another process could create the
-    schema, and we would see tables without our application_id.
-    """
-    if not conn.in_transaction:
-        conn.execute("BEGIN")
-        try:
-            return _inspect(conn)
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")  # read only: nothing to keep
+    Call in a transaction: between two autocommit reads another process could create the
+    schema, and we would see its tables without its application_id."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if app_id == 0 and not tables:
         return "new"
     if app_id != APPLICATION_ID:
         raise _Problem(f"is an SQLite database of another application (application_id {app_id:#x})")
-    missing = [t for t in _TABLES if t not in tables]
+    missing = sorted({"entries", "untuned", "meta"} - tables)
     if missing:
         raise _Problem(f"is missing table(s) {', '.join(missing)}")
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    version = row[0] if row else None
-    if not (isinstance(version, (int, str)) and str(version).isdigit() and int(version) >= 1):
+    version = str(row[0]) if row else ""
+    if not version.isdigit() or int(version) < 1:
         raise _Problem(f"has an invalid schema_version {version!r}")
     if int(version) > SCHEMA_VERSION:
         raise _Problem(f"was written by a newer tunekit (schema version {version}, "
@@ -273,37 +251,25 @@ def _inspect(conn: sqlite3.Connection) -> str:
 
 def _create_schema(conn: sqlite3.Connection) -> None:
     """Create the tables unless another process won the race to do so."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if _inspect(conn) == "new":  # re-check under the write lock
-            for statement in _SCHEMA:
-                conn.execute(statement)
-        conn.execute("COMMIT")
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+    if _inspect(conn) == "new":  # look again, now holding the write lock
+        for statement in _SCHEMA:
+            conn.execute(statement)
 
 
 def _open_file(path: str) -> sqlite3.Connection:
-    """Open (creating if needed) the store at path; raise _Problem if it cannot be used.
-
-    Nothing is written until the file is known to be empty or ours, so a foreign file is
-    never modified.
-    """
+    """Open (creating if needed) the store at path, or raise _Problem saying why it cannot be
+    used.  Nothing is written before the file is known to be empty or ours."""
     p = pathlib.Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise _Problem(f"cannot be created ({e.strerror or e})") from None
-    if p.is_dir():
-        raise _Problem("is a directory")
-    try:
+        if p.is_dir():
+            raise _Problem("is a directory")
         with open(p, "rb") as f:
             header = f.read(len(_SQLITE_MAGIC))
     except FileNotFoundError:
         header = b""
     except OSError as e:
-        raise _Problem(f"cannot be read ({e.strerror or e})") from None
+        raise _Problem(f"cannot be created or read ({e.strerror or e})") from None
     if header and header != _SQLITE_MAGIC:
         raise _Problem("is not an SQLite database (corrupt, or some other kind of file)")
     try:
@@ -311,42 +277,49 @@ def _open_file(path: str) -> sqlite3.Connection:
     except sqlite3.Error as e:
         raise _Problem(f"cannot be opened ({e})") from None
     try:
-        state = _retry(lambda: _inspect(conn))
+        state = _retry(lambda: _transaction(conn, _inspect, "DEFERRED"))
         if state == "ours":
             check = conn.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:
-                raise _Problem(f"is corrupt (quick_check: {check[0][0]})")
+                raise _Problem(f"is corrupt (quick_check: {' '.join(str(check[0][0]).split())[:200]})")
         _retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchall())
         if state == "new":
-            _retry(lambda: _create_schema(conn))
+            _retry(lambda: _transaction(conn, _create_schema))
         return conn
     except sqlite3.Error as e:
         conn.close()
-        raise _Problem(f"is corrupt or unreadable ({e})") from None
+        raise _Problem(f"is corrupt or unusable ({e})") from None
     except BaseException:
         conn.close()
         raise
 
 
+def _outside_caller() -> int:
+    """The warnings stacklevel that points at the first caller outside this module."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 _STORES: weakref.WeakSet = weakref.WeakSet()
+_INHERITED: list = []  # connections from before a fork: kept so garbage collection never closes them
 
 
-def _reset_locks_after_fork() -> None:
-    # A lock held by another thread at fork time would never be released in the child.
+def _new_locks_after_fork() -> None:
+    """A lock some other thread held at fork would never be released in the child."""
     for store in list(_STORES):
         store._lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_locks_after_fork)
+    os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 
 class ResultsStore:
     """Tuning results in an SQLite file, safe to share between threads and processes.
-
     ``path`` None means default_results_path(); ":memory:" gives a private in-memory store.
-    If the file cannot be used, ``in_memory`` becomes True and ``problem`` says why.
-    """
+    If the file cannot be used, ``in_memory`` becomes True and ``problem`` says why."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = os.fspath(default_results_path() if path is None else path)
@@ -355,28 +328,19 @@ class ResultsStore:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
-        self._inherited: list[sqlite3.Connection] = []
         _STORES.add(self)
         with self._lock:
             self._connection()
 
-    def __repr__(self) -> str:
-        where = f"in memory, {self.problem}" if self.problem else ("in memory" if self.in_memory else "")
-        return f"ResultsStore({self.path!r}{', ' + where if where else ''})"
-
-    # -- connection management (call with self._lock held) --
-
     def _connection(self) -> sqlite3.Connection:
-        """The connection for this process, reopening after close() or fork."""
+        """This process's connection, (re)opened after close() or fork; call holding the lock."""
         if self._conn is not None and self._pid != os.getpid() and not self.in_memory:
-            # Never use or close a connection inherited through fork: SQLite forbids it.
-            # Keep it referenced so garbage collection does not close it either.
-            self._inherited.append(self._conn)
+            _INHERITED.append(self._conn)  # SQLite forbids using or closing it after fork
             self._conn = None
         self._pid = os.getpid()
         if self._conn is None:
             if self.in_memory:
-                self._conn = _memory_connection()
+                self._conn = _connect(":memory:")
             else:
                 try:
                     self._conn = _open_file(self.path)
@@ -385,20 +349,18 @@ class ResultsStore:
         return self._conn
 
     def _fall_back(self, problem: str) -> None:
-        """Switch to an empty in-memory store and say so, once."""
+        """Switch to an empty in-memory store and say so (once: no file is left to fail)."""
         if self._conn is not None:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
-            except sqlite3.Error:
-                pass
         self.in_memory, self.problem = True, problem
-        self._conn = _memory_connection()
+        self._conn = _connect(":memory:")
         warnings.warn(f"tunekit results file {self.path!r} {problem}; tuning results will not "
-                      f"be saved (using an empty in-memory store instead)", TunekitWarning,
-                      stacklevel=5)
+                      "be saved (using an empty in-memory store instead)", TunekitWarning,
+                      stacklevel=_outside_caller())
 
     def _run(self, fn):
-        """Run fn(conn) under the lock; if the file turns out broken, fall back and rerun."""
+        """fn(conn) under the lock; if the file turns out broken, fall back and run it again."""
         with self._lock:
             try:
                 return _retry(lambda: fn(self._connection()))
@@ -411,48 +373,31 @@ class ResultsStore:
                 return fn(self._conn)
 
     def _write(self, fn):
-        """Run fn(conn) in one BEGIN IMMEDIATE transaction (taking the write lock up front
-        avoids the deadlock two deferred transactions can hit when both upgrade)."""
-        def transaction(conn):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-                return result
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-        return self._run(transaction)
+        return self._run(lambda conn: _transaction(conn, fn))
 
     def _read(self, sql: str, params=()) -> list:
         return self._run(lambda conn: conn.execute(sql, params).fetchall())
 
-    # -- entries --
-
     def get(self, op: str, signature: str, device: str) -> Entry | None:
-        """The entry for (op, signature, device), or None (also if its row is unreadable)."""
-        rows = self._read(f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE op = ? AND signature = ? "
-                          "AND device = ?", (op, signature, device))
-        entries = _load_entries(rows)
-        return entries[0] if entries else None
+        """The entry for (op, signature, device), or None."""
+        found = _load(self._read(f"{_SELECT_ENTRIES} WHERE {_IS_KEY}", (op, signature, device)))
+        return found[0] if found else None
 
     def put(self, entry: Entry) -> None:
-        """Insert or replace the entry for its (op, signature, device). ValueError if invalid."""
+        """Insert or replace the entry for its (op, signature, device); ValueError if invalid."""
         _check_entry(entry)
-        params = _entry_params(entry)
-        self._write(lambda conn: _upsert(conn, [params]))
+        row = _to_row(entry)
+        self._write(lambda conn: conn.execute(_UPSERT_ENTRY, row))
 
     def entries(self, op: str | None = None) -> list[Entry]:
         """All entries (of op, if given), ordered by op, signature, device."""
         where, params = ("WHERE op = ?", (op,)) if op is not None else ("", ())
-        return _load_entries(self._read(f"SELECT {_ENTRY_COLUMNS} FROM entries {where} "
-                                         "ORDER BY op, signature, device", params))
+        return _load(self._read(f"{_SELECT_ENTRIES} {where} ORDER BY op, signature, device", params))
 
     def delete(self, op: str, signature: str, device: str) -> bool:
         """Delete one entry; True if it existed."""
         return self._write(lambda conn: conn.execute(
-            "DELETE FROM entries WHERE op = ? AND signature = ? AND device = ?",
-            (op, signature, device)).rowcount) > 0
+            f"DELETE FROM entries WHERE {_IS_KEY}", (op, signature, device)).rowcount) > 0
 
     def clear(self, op: str | None = None) -> int:
         """Delete entries and untuned records (of op, or all); return how many entries went."""
@@ -466,104 +411,67 @@ class ResultsStore:
     def __len__(self) -> int:
         return self._read("SELECT COUNT(*) FROM entries")[0][0]
 
-    # -- untuned signatures --
-
     def record_untuned(self, op: str, signature: str, device: str, spec: dict) -> bool:
-        """Remember a signature met without a tuned entry; True if it was not known yet."""
-        params = (op, signature, device, json.dumps(spec), time.time())
+        """Remember a signature met without a tuned entry, for offline tuning; True if new."""
+        row = (op, signature, device, json.dumps(spec), time.time())
         return self._write(lambda conn: conn.execute(
             "INSERT OR IGNORE INTO untuned (op, signature, device, spec, first_seen) "
-            "VALUES (?, ?, ?, ?, ?)", params).rowcount) == 1
+            "VALUES (?, ?, ?, ?, ?)", row).rowcount) == 1
 
     def untuned(self, op: str | None = None) -> list[UntunedRecord]:
-        """Untuned records (of op, if given), ordered by op, signature, device."""
+        """Untuned records (of op, if given), ordered by op, signature, device; a row that
+        does not parse is skipped, like a damaged entry."""
         where, params = ("WHERE op = ?", (op,)) if op is not None else ("", ())
-        rows = self._read(f"SELECT op, signature, device, spec, first_seen FROM untuned {where} "
-                          "ORDER BY op, signature, device", params)
         records = []
-        for op_, signature, device, spec, first_seen in rows:
-            try:
-                records.append(UntunedRecord(op_, signature, device, json.loads(spec), float(first_seen)))
-            except (TypeError, ValueError):
-                continue  # an unreadable row is as good as absent
+        for *key, spec, first_seen in self._read(
+                f"SELECT op, signature, device, spec, first_seen FROM untuned {where} "
+                "ORDER BY op, signature, device", params):
+            with contextlib.suppress(TypeError, ValueError):
+                records.append(UntunedRecord(*key, json.loads(spec), float(first_seen)))
         return records
 
     def remove_untuned(self, op: str, signature: str, device: str) -> None:
         """Forget an untuned record (typically once it has been tuned)."""
         self._write(lambda conn: conn.execute(
-            "DELETE FROM untuned WHERE op = ? AND signature = ? AND device = ?",
-            (op, signature, device)))
-
-    # -- CSV, for moving results between machines and reviewing them by hand --
+            f"DELETE FROM untuned WHERE {_IS_KEY}", (op, signature, device)))
 
     def export_csv(self, path) -> int:
-        """Write all entries to a CSV file (columns CSV_COLUMNS); return rows written."""
+        """Write all entries to a CSV file (to move results between machines, or review them);
+        return rows written.  Floats are written exactly (repr)."""
         entries = self.entries()
         with open(path, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(CSV_COLUMNS)
-            for e in entries:
-                p = _entry_params(e)
-                writer.writerow([e.op, e.signature, e.device, e.choice, p[4], repr(p[7]),
-                                 repr(p[8]), p[5], p[6]])
+            writer.writerows(_to_row(e) for e in entries)
         return len(entries)
 
     def import_csv(self, path) -> int:
-        """Upsert every row of a CSV file written by export_csv; return rows imported.
-
-        All or nothing: every row is validated first, and if any is bad ResultsImportError
-        lists them all (numbered by line, the header being line 1) and nothing is imported.
-        """
-        entries, errors = [], []
+        """Upsert every row of a CSV file like export_csv writes; return rows imported.
+        All or nothing: every row is checked first; if any is bad, ResultsImportError lists
+        them all as (line number, reason), the header being line 1, and nothing is imported."""
+        rows, errors, reader = [], [], None
         try:
             with open(path, newline="", encoding="utf-8") as f:
                 reader = csv.DictReader(f)
-                if reader.fieldnames is None:
-                    raise ResultsImportError(path, [(1, "empty file, expected a header")])
-                absent = [c for c in CSV_COLUMNS if c not in reader.fieldnames]
+                absent = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or ())]
                 if absent:
                     raise ResultsImportError(path, [(1, f"header lacks column(s) {', '.join(absent)}")])
                 for row in reader:
                     try:
-                        entries.append(_entry_from_csv(row))
+                        rows.append(_to_row(_from_csv(row)))
                     except ValueError as e:
                         errors.append((reader.line_num, str(e)))
-        except UnicodeDecodeError as e:
-            raise ResultsImportError(path, [(0, f"not UTF-8 text ({e})")]) from None
-        except csv.Error as e:
-            raise ResultsImportError(path, [(reader.line_num, f"unreadable CSV ({e})")]) from None
+        except (UnicodeDecodeError, csv.Error) as e:
+            line = reader.line_num if reader is not None else 0
+            raise ResultsImportError(path, [(line, f"unreadable ({e})")]) from None
         if errors:
             raise ResultsImportError(path, errors)
-        params = [_entry_params(e) for e in entries]
-        self._write(lambda conn: _upsert(conn, params))
-        return len(entries)
+        self._write(lambda conn: conn.executemany(_UPSERT_ENTRY, rows))
+        return len(rows)
 
     def close(self) -> None:
-        """Close the connection (a later call reopens it; an in-memory store starts empty)."""
+        """Close the connection.  A later call reopens it (an in-memory store then is empty)."""
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
-
-    def __enter__(self) -> ResultsStore:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _upsert(conn: sqlite3.Connection, rows: list[tuple]) -> None:
-    conn.executemany(f"INSERT OR REPLACE INTO entries ({_ENTRY_COLUMNS}) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-
-
-def _load_entries(rows) -> list[Entry]:
-    """Rows to entries, skipping any that do not parse: a hand-edited or damaged row is
-    treated as untuned (and gets retuned and overwritten) rather than crashing the caller."""
-    entries = []
-    for row in rows:
-        try:
-            entries.append(_entry_from_row(row))
-        except (TypeError, ValueError):
-            continue
-    return entries
