@@ -9,7 +9,6 @@ budget; this module has no budget and measures every candidate that runs correct
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -102,7 +101,3 @@ def copy_bandwidth(device: torch.device, nbytes: int | None = None, *, repeats: 
     # on a copy engine, slower than the kernel eager copy_ uses (seen on an H200: 2.7 vs 4.2 TB/s).
     ms, _ = time_callable(lambda: dst.copy_(src), device, repeats=repeats, graph=False, target_ms=5.0)
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S")
