@@ -30,11 +30,23 @@ def inputs(shape, dtype, device, scale=3.0):
     return (torch.randn(shape, dtype=torch.float32, device=device) * scale).to(dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", DTYPES)
+def candidate_cases():
+    """(candidate, dtype, device) for every candidate and every input kind it is meant to run."""
+    cases = []
+    for c in silu_op.candidates:
+        dtype = getattr(c, "dtype", None)
+        if dtype is None:  # the torch candidates: every dtype, every device
+            for d in DTYPES:
+                cases += [pytest.param(c.name, d, "cpu", id=f"{c.name}-{d}-cpu"),
+                          pytest.param(c.name, d, "cuda", id=f"{c.name}-{d}-cuda", marks=pytest.mark.gpu)]
+        else:
+            cases.append(pytest.param(c.name, dtype, "cuda", id=f"{c.name}-cuda", marks=pytest.mark.gpu))
+    return cases
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("name", [c.name for c in silu_op.candidates])
-def test_every_candidate_matches_float64(name, shape, dtype, device):
+@pytest.mark.parametrize("name, dtype, device", candidate_cases())
+def test_every_candidate_matches_float64(name, dtype, device, shape):
     c = silu_op.candidate(name)
     x = inputs(shape, dtype, device)
     p = SiluParams(x, torch.full_like(x, float("nan")))
@@ -43,27 +55,37 @@ def test_every_candidate_matches_float64(name, shape, dtype, device):
     assert out.data_ptr() == p.out.data_ptr()
     check(out, x)
     check(c.run(SiluParams(x)), x)
+    y = x.clone()
+    c.run(SiluParams(y, y))  # in place
+    check(y, x)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", [c.name for c in silu_op.candidates])
-def test_every_candidate_on_awkward_layouts_and_values(name, device):
+@pytest.mark.parametrize("name, dtype, device", candidate_cases())
+def test_every_candidate_on_awkward_layouts_and_values(name, dtype, device):
     c = silu_op.candidate(name)
-    base = inputs((4099,), torch.float16, device)
+    base = inputs((4099,), dtype, device)
     special = torch.tensor([float("nan"), float("inf"), -float("inf"), 20, -20, 100, -100, 0.0, -0.0, 1e-7],
-                           dtype=torch.float32, device=device)
+                           dtype=torch.float32, device=device).to(dtype)
     cases = [
-        base[1:],                                           # misaligned for 16-byte vectors
+        base[1:],                                    # misaligned for 16-byte vectors
         base[3:1003],
-        inputs((64, 33), torch.float32, device).t(),        # non-contiguous
-        inputs((64, 33), torch.bfloat16, device)[:, 1::2],  # strided
-        torch.empty(0, 5, device=device),                   # empty
-        special, special.half(), special.bfloat16(),
+        base[8:4099],                                # aligned again (for 2-byte types), odd length
+        inputs((64, 33), dtype, device).t(),         # non-contiguous
+        inputs((64, 33), dtype, device)[:, 1::2],    # strided
+        torch.empty(0, 5, device=device, dtype=dtype),
+        special,
     ]
+    ran = 0
     for x in cases:
         out = torch.full_like(x, float("nan"))
-        assert c.run(SiluParams(x, out)) is out or out.numel() == 0
+        why = c.supports(SiluParams(x, out))
+        if why is not None:  # only layouts a CUDA kernel cannot take may be declined
+            assert "aligned" in why or "contiguous" in why, why
+            continue
+        assert c.run(SiluParams(x, out)).data_ptr() == out.data_ptr()
         check(out, x)
+        ran += 1
+    assert ran >= 3
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -156,3 +178,27 @@ def test_autograd_falls_back_to_torch_with_correct_gradients():
     leaf = torch.randn(4, requires_grad=True)
     with pytest.raises(RuntimeError):
         tunekit.silu(leaf, inplace=True)  # as F.silu: a leaf that needs grad cannot be changed in place
+
+
+@pytest.mark.gpu
+def test_vector_kernels_decline_misaligned_pointers_and_scalar_ones_take_them(cuda):
+    x = inputs((4096,), torch.float16, cuda)[1:]
+    p = SiluParams(x)
+    assert "16-byte aligned" in silu_op.candidate("silu_f16x8_pack").supports(p)
+    assert "4-byte aligned" in silu_op.candidate("silu_f16x2").supports(p)
+    assert silu_op.candidate("silu_f16").supports(p) is None
+    assert "float16 only" in silu_op.candidate("silu_f16").supports(SiluParams(x.float()))
+
+
+@pytest.mark.gpu
+def test_more_than_2_to_the_31_elements(cuda):
+    n = 2**31 + 9
+    x = torch.empty(n, dtype=torch.float16, device=cuda)
+    x[-4096:] = inputs((4096,), torch.float16, cuda)
+    x[:4096] = inputs((4096,), torch.float16, cuda)
+    for name in ("silu_f16x8_pack", "silu_f16"):
+        out = torch.full_like(x, float("nan"))
+        silu_op.candidate(name).run(SiluParams(x, out))
+        for sl in (slice(0, 4096), slice(n - 4096, n)):
+            check(out[sl], x[sl])
+        del out

@@ -5,6 +5,9 @@ Candidates (this file registers them; kernels live in ``tunekit/kernels/<backend
 - ``torch_silu`` (default): PyTorch's fused kernel. Runs any input.
 - ``torch_x_sigmoid``: the composite ``x * sigmoid(x)``: two kernels and a temporary, the seeds'
   "torch" baseline; kept as a candidate so tuning shows why it loses.
+- ``silu_<form>``: CUDA C kernels from ``kernels/cuda/silu.cu`` (the seed's f32, f32x4, f16, f16x2,
+  f16x8, f16x8_pack, the same in bf16, and two-pack forms with more bytes in flight per thread),
+  compiled with NVRTC; contiguous tensors whose pointers are aligned for the load width.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ._arguments import check_float_tensor, elementwise_destination
+from ._cuda_elementwise import CudaElementwise
 from ..tunable.params import OpParams, tensor_key, tensor_signature
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
@@ -84,6 +88,17 @@ def make_example(shape, dtype=torch.float32, device="cpu") -> SiluParams:
 silu_op = register(TunableOp("silu", SiluParams, make_params=make_params, make_example=make_example))
 silu_op.add(torch_silu, default=True)
 silu_op.add(torch_x_sigmoid)
+
+#: (kernel name in silu.cu, dtype, bytes per load, elements per thread)
+CUDA_VARIANTS = [
+    ("silu_f32", torch.float32, 4, 1), ("silu_f32x4", torch.float32, 16, 4), ("silu_f32x8_pack2", torch.float32, 16, 8),
+    ("silu_f16", torch.float16, 2, 1), ("silu_f16x2", torch.float16, 4, 2), ("silu_f16x8", torch.float16, 4, 8),
+    ("silu_f16x8_pack", torch.float16, 16, 8), ("silu_f16x16_pack2", torch.float16, 16, 16),
+    ("silu_bf16", torch.bfloat16, 2, 1), ("silu_bf16x2", torch.bfloat16, 4, 2), ("silu_bf16x8", torch.bfloat16, 4, 8),
+    ("silu_bf16x8_pack", torch.bfloat16, 16, 8), ("silu_bf16x16_pack2", torch.bfloat16, 16, 16),
+]
+for _name, _dtype, _load, _per_thread in CUDA_VARIANTS:
+    silu_op.add(CudaElementwise("silu.cu", _name, _dtype, _load, _per_thread))
 
 
 def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = False) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Backends that turn kernel sources into candidates: ``nvrtc`` (CUDA C)."""

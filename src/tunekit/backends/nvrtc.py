@@ -1,0 +1,223 @@
+"""CUDA C candidates: ``.cu`` sources shipped in ``tunekit/kernels/cuda`` compiled at first use with
+NVRTC for the running GPU, cached on disk, and launched on PyTorch's current CUDA stream.
+
+- Compilation (no GPU needed, so CI compile-checks every source): NVRTC through ``cuda-bindings``,
+  with the fp16/bf16 headers found in the ``nvidia-cuda-runtime`` wheel or a CUDA toolkit. A
+  compile error raises :class:`CompileError` carrying NVRTC's log; the candidate using it is
+  rejected by tuning and the op carries on.
+- The cubin cache (``$TUNEKIT_CACHE`` or ``~/.cache/tunekit/cubin``) is keyed by a hash of the
+  source, architecture, options and NVRTC version, and written to a temporary file then renamed,
+  so two processes compiling at once never leave a torn file.
+- Launching: ``cuLaunchKernel`` on ``torch.cuda``'s current stream (graph capture works; the legacy
+  default stream is never used), with the argument array built once per kernel and thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import pathlib
+import tempfile
+import threading
+from importlib import resources
+
+import torch
+
+__all__ = ["CompileError", "NvrtcUnavailable", "available", "compile_cubin", "source", "include_dirs", "CudaKernel",
+           "kernel", "arch_of"]
+
+
+class NvrtcUnavailable(RuntimeError):
+    """cuda-bindings / NVRTC is not installed (``pip install 'tunekit[cuda]'``)."""
+
+
+class CompileError(RuntimeError):
+    def __init__(self, name: str, log: str):
+        self.log = log
+        super().__init__(f"NVRTC could not compile {name}:\n{log}")
+
+
+@functools.lru_cache(maxsize=None)
+def _bindings():
+    try:
+        from cuda.bindings import driver, nvrtc
+    except ImportError as exc:
+        raise NvrtcUnavailable(f"CUDA C candidates need cuda-bindings and NVRTC: pip install 'tunekit[cuda]' ({exc})") from None
+    return driver, nvrtc
+
+
+def available() -> str | None:
+    """None when NVRTC can be used, else why not."""
+    try:
+        _bindings()
+        nvrtc_version()
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_version() -> tuple[int, int]:
+    _, nvrtc = _bindings()
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return major, minor
+
+
+def _check(result, what: str) -> None:
+    if int(result) != 0:
+        raise RuntimeError(f"{what} failed: {result!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def include_dirs() -> tuple[str, ...]:
+    """Directories holding cuda_fp16.h / cuda_bf16.h: the pip wheel's first, then a toolkit."""
+    found = []
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for sub in ("cu13/include", "cu12/include", "cuda_runtime/include"):
+                p = pathlib.Path(base) / sub
+                if (p / "cuda_fp16.h").exists():
+                    found.append(str(p))
+    except ImportError:
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            found.append(os.path.join(os.environ[env], "include"))
+    found.append("/usr/local/cuda/include")
+    return tuple(p for p in dict.fromkeys(found) if os.path.exists(os.path.join(p, "cuda_fp16.h")))
+
+
+def source(filename: str) -> str:
+    """The text of ``tunekit/kernels/cuda/<filename>``."""
+    return resources.files("tunekit.kernels.cuda").joinpath(filename).read_text()
+
+
+def cache_dir() -> pathlib.Path:
+    base = os.environ.get("TUNEKIT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                           os.path.expanduser("~/.cache"), "tunekit")
+    return pathlib.Path(base) / "cubin"
+
+
+def compile_cubin(code: str, name: str, arch: str, options: tuple[str, ...] = (), *, use_cache: bool = True) -> bytes:
+    """Machine code for ``arch`` (e.g. "sm_90") of the CUDA C source ``code``."""
+    opts = (f"--gpu-architecture={arch}", "-std=c++17", *options,
+            *(f"-I{d}" for d in include_dirs()))
+    key = hashlib.sha256("\0".join((code, arch, *opts, repr(nvrtc_version()))).encode()).hexdigest()[:32]
+    path = cache_dir() / f"{name}-{arch}-{key}.cubin"
+    if use_cache:
+        try:
+            return path.read_bytes()
+        except OSError:
+            pass
+    cubin = _nvrtc_compile(code, name, opts)
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(cubin)
+            os.replace(tmp, path)  # atomic: readers see the old file, no file, or the whole new one
+        except OSError:
+            pass  # an unwritable cache only costs a recompilation
+    return cubin
+
+
+def _nvrtc_compile(code: str, name: str, opts: tuple[str, ...]) -> bytes:
+    _, nvrtc = _bindings()
+    err, prog = nvrtc.nvrtcCreateProgram(code.encode(), name.encode(), 0, [], [])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        encoded = [o.encode() for o in opts]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        if int(result) != 0:
+            raise CompileError(name, log.decode(errors="replace").rstrip("\0 \n"))
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(err, "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        _check(err, "nvrtcGetCUBIN")
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def arch_of(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def _raw_stream(index: int) -> int:
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get(index) if get is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+class CudaKernel:
+    """One ``extern "C" __global__`` function of a source file, loaded on each device it runs on.
+
+    ``launch(grid, block, *args)`` takes tensors (passed as device pointers) and Python ints
+    (passed as 64-bit integers), and enqueues the kernel on the device's current stream.
+    """
+
+    def __init__(self, filename: str, name: str, options: tuple[str, ...] = ()):
+        self.filename, self.name, self.options = filename, name, options
+        self._functions: dict[int, object] = {}
+        self._modules: dict[int, object] = {}  # kept alive with the kernel
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def source_hash(self) -> str:
+        return hashlib.sha256((source(self.filename) + repr(self.options)).encode()).hexdigest()[:16]
+
+    def function(self, index: int):
+        fn = self._functions.get(index)
+        if fn is None:
+            with self._lock:
+                fn = self._functions.get(index)
+                if fn is None:
+                    fn = self._functions[index] = self._load(index)
+        return fn
+
+    def _load(self, index: int):
+        driver, _ = _bindings()
+        torch.cuda.init()
+        with torch.cuda.device(index):
+            torch.cuda.current_stream(index)  # makes the device's primary context current here
+            cubin = compile_cubin(source(self.filename), self.filename, arch_of(torch.device("cuda", index)), self.options)
+            err, module = driver.cuModuleLoadData(cubin)
+            _check(err, f"cuModuleLoadData({self.filename})")
+            err, fn = driver.cuModuleGetFunction(module, self.name.encode())
+            _check(err, f"cuModuleGetFunction({self.name})")
+        self._modules[index] = module
+        return fn
+
+    def _arg_array(self, n: int):
+        cached = getattr(self._local, "args", None)
+        if cached is None or len(cached[0]) != n:
+            holders = [ctypes.c_uint64(0) for _ in range(n)]
+            array = (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
+            cached = self._local.args = (holders, array, ctypes.addressof(array))
+        return cached
+
+    def launch(self, device_index: int, grid: int, block: int, *args) -> None:
+        driver, _ = _bindings()
+        fn = self.function(device_index)
+        holders, _, address = self._arg_array(len(args))
+        for h, a in zip(holders, args):
+            h.value = a.data_ptr() if isinstance(a, torch.Tensor) else int(a) & 0xFFFFFFFFFFFFFFFF
+        (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(device_index), address, 0)
+        if int(err) != 0:
+            raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {err!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(filename: str, name: str) -> CudaKernel:
+    """The shared :class:`CudaKernel` for ``name`` in ``filename``."""
+    return CudaKernel(filename, name)

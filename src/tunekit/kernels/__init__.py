@@ -1,0 +1,1 @@
+"""Kernel sources, one folder per backend (``cuda/*.cu``)."""

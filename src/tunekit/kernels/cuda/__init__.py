@@ -1,0 +1,1 @@
+"""CUDA C sources compiled at first use by :mod:`tunekit.backends.nvrtc`."""
