@@ -23,7 +23,10 @@ def test_ops_lists_every_op_and_candidate(capsys):
     code, out, _ = run(capsys, "ops", "--device", "cpu", "--json")
     data = json.loads(out)
     silu = next(o for o in data["ops"] if o["op"] == "silu")
-    assert {c["candidate"] for c in silu["candidates"]} == {"torch_silu", "torch_x_sigmoid"}
+    names = {c["candidate"] for c in silu["candidates"]}
+    assert {"torch_silu", "torch_x_sigmoid", "silu_f16x8_pack"} <= names
+    gpu_only = next(c for c in silu["candidates"] if c["candidate"] == "silu_f16x8_pack")
+    assert gpu_only["unsupported"]["float16"] == "needs a CUDA device"
 
 
 def test_explore_prints_the_honest_table(capsys):
@@ -41,8 +44,10 @@ def test_explore_json(capsys):
     rows = {r["candidate"]: r for r in data["candidates"]}
     assert rows["torch_silu"]["default"] and rows["torch_silu"]["vs_default"] == 1.0
     assert sum(r["tuned_choice"] for r in rows.values()) == 1
-    for r in rows.values():
+    for name in ("torch_silu", "torch_x_sigmoid"):
+        r = rows[name]
         assert r["status"] == "ok" and r["time_ms"] > 0 and r["gbps"] > 0 and len(r["first_values"]) == 2
+    assert rows["silu_f32x4"]["status"] == "unsupported" and rows["silu_f32x4"]["reason"] == "needs a CUDA device"
 
 
 def test_explore_on_cuda_without_a_gpu_says_so(capsys):
