@@ -154,6 +154,23 @@ def arch_of(device: torch.device) -> str:
     return f"sm_{major}{minor}"
 
 
+_module_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _module(filename: str, options: tuple[str, ...], index: int):
+    """The loaded module of ``filename`` on device ``index``: compiled (or read from the cubin cache)
+    and loaded once per process, shared by every kernel of the file."""
+    driver, _ = _bindings()
+    with _module_lock, torch.cuda.device(index):
+        torch.cuda.init()
+        torch.cuda.current_stream(index)  # makes the device's primary context current in this thread
+        cubin = compile_cubin(source(filename), filename, arch_of(torch.device("cuda", index)), options)
+        err, module = driver.cuModuleLoadData(cubin)
+        _check(err, f"cuModuleLoadData({filename})")
+    return module
+
+
 def _raw_stream(index: int) -> int:
     get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return get(index) if get is not None else torch.cuda.current_stream(index).cuda_stream
@@ -169,7 +186,6 @@ class CudaKernel:
     def __init__(self, filename: str, name: str, options: tuple[str, ...] = ()):
         self.filename, self.name, self.options = filename, name, options
         self._functions: dict[int, object] = {}
-        self._modules: dict[int, object] = {}  # kept alive with the kernel
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -187,15 +203,8 @@ class CudaKernel:
 
     def _load(self, index: int):
         driver, _ = _bindings()
-        torch.cuda.init()
-        with torch.cuda.device(index):
-            torch.cuda.current_stream(index)  # makes the device's primary context current here
-            cubin = compile_cubin(source(self.filename), self.filename, arch_of(torch.device("cuda", index)), self.options)
-            err, module = driver.cuModuleLoadData(cubin)
-            _check(err, f"cuModuleLoadData({self.filename})")
-            err, fn = driver.cuModuleGetFunction(module, self.name.encode())
-            _check(err, f"cuModuleGetFunction({self.name})")
-        self._modules[index] = module
+        err, fn = driver.cuModuleGetFunction(_module(self.filename, self.options, index), self.name.encode())
+        _check(err, f"cuModuleGetFunction({self.name})")
         return fn
 
     def _arg_array(self, n: int):
