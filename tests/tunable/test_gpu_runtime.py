@@ -37,7 +37,8 @@ def test_find_fastest_times_on_the_device(cuda, graph):
     with tuning(cuda_graph=graph, max_tuning_ms=500) as s:
         report = find_fastest(silu_op, params, s)
     assert report.complete
-    times = {n: r.time_ms for n, r in report.candidates.items()}
+    times = {n: r.time_ms for n, r in report.candidates.items() if r.status != "unsupported"}
+    assert {"torch_silu", "silu_f16x8_pack"} <= set(times)
     assert all(t is not None and 0 < t < 10 for t in times.values()), times
     # the composite moves 3x the bytes of a fused kernel: it must not win
     assert report.choice != "torch_x_sigmoid"
