@@ -1,7 +1,15 @@
-"""Every test gets its own results file and in-memory choices, so no test sees another's tuning."""
+"""Every test gets its own results file and in-memory choices, so no test sees another's tuning.
+Without a GPU, Triton kernels run in Triton's interpreter."""
+
+import os
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Triton candidates run on CPU tensors in Triton's interpreter; it must be on before the kernels
+    # module is imported (tunekit imports it lazily, at a Triton candidate's first use).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tunekit.tunable import context, registry, stores
 

@@ -1,17 +1,24 @@
-"""tunekit.silu: every candidate against a float64 reference, the public API's semantics, tuning on real data."""
+"""tunekit.silu and silu_backward: every candidate against a float64 reference, the public API's semantics,
+autograd, tuning on real data."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import tunekit
-from tunekit.ops.silu import SiluParams, silu_op
+from elementwise_checks import (DTYPES, Form, candidate_cases, check_candidate, check_candidate_on_awkward_inputs,
+                                layout_cases)
+from tunekit.ops.silu import SiluBackwardParams, SiluFunction, SiluParams, silu_backward_op, silu_op
 from tunekit.tunable import results_store, tuning
 from tunekit.tunable.numerics import compare, tolerance
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-SHAPES = [(1,), (7,), (1003,), (4096,), (2**20 + 3,), (33, 17), (5, 1021), ()]
+
+FORMS = [
+    Form("silu", silu_op, lambda ts, out: SiluParams(ts[0], out), F.silu),
+    Form("silu_backward", silu_backward_op, lambda ts, out: SiluBackwardParams(ts[0], ts[1], out),
+         torch.ops.aten.silu_backward, n_inputs=2),
+]
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -30,62 +37,14 @@ def inputs(shape, dtype, device, scale=3.0):
     return (torch.randn(shape, dtype=torch.float32, device=device) * scale).to(dtype)
 
 
-def candidate_cases():
-    """(candidate, dtype, device) for every candidate and every input kind it is meant to run."""
-    cases = []
-    for c in silu_op.candidates:
-        dtype = getattr(c, "dtype", None)
-        if dtype is None:  # the torch candidates: every dtype, every device
-            for d in DTYPES:
-                cases += [pytest.param(c.name, d, "cpu", id=f"{c.name}-{d}-cpu"),
-                          pytest.param(c.name, d, "cuda", id=f"{c.name}-{d}-cuda", marks=pytest.mark.gpu)]
-        else:
-            cases.append(pytest.param(c.name, dtype, "cuda", id=f"{c.name}-cuda", marks=pytest.mark.gpu))
-    return cases
+@pytest.mark.parametrize("form, name, dtype, device, shape", candidate_cases(FORMS))
+def test_every_candidate_matches_float64(form, name, dtype, device, shape):
+    check_candidate(form, name, dtype, device, shape)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("name, dtype, device", candidate_cases())
-def test_every_candidate_matches_float64(name, dtype, device, shape):
-    c = silu_op.candidate(name)
-    x = inputs(shape, dtype, device)
-    p = SiluParams(x, torch.full_like(x, float("nan")))
-    assert c.supports(p) is None
-    out = c.run(p)
-    assert out.data_ptr() == p.out.data_ptr()
-    check(out, x)
-    check(c.run(SiluParams(x)), x)
-    y = x.clone()
-    c.run(SiluParams(y, y))  # in place
-    check(y, x)
-
-
-@pytest.mark.parametrize("name, dtype, device", candidate_cases())
-def test_every_candidate_on_awkward_layouts_and_values(name, dtype, device):
-    c = silu_op.candidate(name)
-    base = inputs((4099,), dtype, device)
-    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 20, -20, 100, -100, 0.0, -0.0, 1e-7],
-                           dtype=torch.float32, device=device).to(dtype)
-    cases = [
-        base[1:],                                    # misaligned for 16-byte vectors
-        base[3:1003],
-        base[8:4099],                                # aligned again (for 2-byte types), odd length
-        inputs((64, 33), dtype, device).t(),         # non-contiguous
-        inputs((64, 33), dtype, device)[:, 1::2],    # strided
-        torch.empty(0, 5, device=device, dtype=dtype),
-        special,
-    ]
-    ran = 0
-    for x in cases:
-        out = torch.full_like(x, float("nan"))
-        why = c.supports(SiluParams(x, out))
-        if why is not None:  # only layouts a CUDA kernel cannot take may be declined
-            assert "aligned" in why or "contiguous" in why, why
-            continue
-        assert c.run(SiluParams(x, out)).data_ptr() == out.data_ptr()
-        check(out, x)
-        ran += 1
-    assert ran >= 3
+@pytest.mark.parametrize("form, name, dtype, device", layout_cases(FORMS))
+def test_every_candidate_on_awkward_layouts_and_values(form, name, dtype, device):
+    check_candidate_on_awkward_inputs(form, name, dtype, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -168,16 +127,60 @@ def test_float64_runs_the_default_correctly():
     torch.testing.assert_close(tunekit.silu(x), x * torch.sigmoid(x))
 
 
-def test_autograd_falls_back_to_torch_with_correct_gradients():
-    x = torch.randn(50, dtype=torch.float64, requires_grad=True)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES + [torch.float64])
+def test_gradients_match_float64_torch(dtype, device):
+    x = inputs((37, 65), dtype, device).requires_grad_()
+    dy = inputs((37, 65), dtype, device, scale=1.0)
     y = tunekit.silu(x)
-    y.sum().backward()
-    s = torch.sigmoid(x.detach())
-    torch.testing.assert_close(x.grad, s * (1 + x.detach() * (1 - s)))
-    assert torch.autograd.gradcheck(tunekit.silu, (torch.randn(8, dtype=torch.float64, requires_grad=True),))
+    assert y.grad_fn is not None and "SiluFunction" in type(y.grad_fn).__name__
+    y.backward(dy)
+    x64 = x.detach().double().requires_grad_()
+    F.silu(x64).backward(dy.double())
+    rtol, atol = tolerance(dtype)
+    problem = compare(x.grad, x64.grad.to(dtype), (rtol * 1.5, atol))
+    assert problem is None, problem
+    assert len(results_store().entries("silu_backward")) == 1  # the backward was tuned too
+
+
+def test_gradcheck_in_float64_and_double_backward():
+    x = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(tunekit.silu, (x,))
+    assert torch.autograd.gradgradcheck(tunekit.silu, (x,))
+    dy = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(tunekit.silu_backward, (dy, x))
+
+
+def test_autograd_with_out_or_inplace_keeps_torch_rules():
     leaf = torch.randn(4, requires_grad=True)
     with pytest.raises(RuntimeError):
         tunekit.silu(leaf, inplace=True)  # as F.silu: a leaf that needs grad cannot be changed in place
+    a = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    b = a * 1.0
+    tunekit.silu(b, inplace=True).sum().backward()
+    s = torch.sigmoid(a.detach())
+    torch.testing.assert_close(a.grad, s * (1 + a.detach() * (1 - s)))
+    with torch.no_grad():
+        y = tunekit.silu(a)
+    assert y.grad_fn is None
+
+
+def test_silu_backward_checks_its_arguments():
+    with pytest.raises(ValueError, match="one shape"):
+        tunekit.silu_backward(torch.randn(3), torch.randn(4))
+    with pytest.raises(TypeError, match="floating-point"):
+        tunekit.silu_backward(torch.arange(3), torch.randn(3))
+    dy = torch.randn(5, 7).t()  # non-contiguous: the default runs it
+    x = torch.randn(7, 5)
+    torch.testing.assert_close(tunekit.silu_backward(dy, x), torch.ops.aten.silu_backward(dy, x))
+
+
+def test_an_expanded_gradient_runs_correctly():
+    x = torch.randn(300, dtype=torch.float64, requires_grad=True)
+    tunekit.silu(x).sum().backward()  # dy is a stride-0 expansion of one element
+    s = torch.sigmoid(x.detach())
+    torch.testing.assert_close(x.grad, s * (1 + x.detach() * (1 - s)))
+    assert SiluFunction is not None
 
 
 @pytest.mark.gpu
@@ -196,7 +199,7 @@ def test_more_than_2_to_the_31_elements(cuda):
     x = torch.empty(n, dtype=torch.float16, device=cuda)
     x[-4096:] = inputs((4096,), torch.float16, cuda)
     x[:4096] = inputs((4096,), torch.float16, cuda)
-    for name in ("silu_f16x8_pack", "silu_f16"):
+    for name in ("silu_f16x8_pack", "silu_f16", "silu_f16x8_pack_x4", "silu_f16x8_pack_x2_persistent"):
         out = torch.full_like(x, float("nan"))
         silu_op.candidate(name).run(SiluParams(x, out))
         for sl in (slice(0, 4096), slice(n - 4096, n)):

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import os
 import pathlib
+import re
 import tempfile
 import threading
 from importlib import resources
@@ -92,9 +93,16 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(p for p in dict.fromkeys(found) if os.path.exists(os.path.join(p, "cuda_fp16.h")))
 
 
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=None)
 def source(filename: str) -> str:
-    """The text of ``tunekit/kernels/cuda/<filename>``."""
-    return resources.files("tunekit.kernels.cuda").joinpath(filename).read_text()
+    """The text of ``tunekit/kernels/cuda/<filename>`` with its local ``#include "x.cuh"`` lines
+    replaced by those files' text: NVRTC needs no include path for them, and the source hash (the
+    cubin cache key, the tuning validators) changes when a shared header does."""
+    text = resources.files("tunekit.kernels.cuda").joinpath(filename).read_text()
+    return _LOCAL_INCLUDE.sub(lambda m: f"// ---- {m.group(1)} ----\n{source(m.group(1))}", text)
 
 
 def cache_dir() -> pathlib.Path:

@@ -1,5 +1,6 @@
-"""tunekit's ops, one module each: params, candidates, the tunable op and the public function."""
+"""tunekit's ops, one module each: params, candidates, the tunable ops and the public functions."""
 
-from .silu import silu, swish
+from .gelu import gelu, gelu_backward
+from .silu import silu, silu_backward, swish
 
-__all__ = ["silu", "swish"]
+__all__ = ["silu", "swish", "silu_backward", "gelu", "gelu_backward"]

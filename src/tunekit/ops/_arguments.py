@@ -6,7 +6,7 @@ import torch
 
 from ..tunable.params import overlaps
 
-__all__ = ["check_float_tensor", "elementwise_destination"]
+__all__ = ["check_float_tensor", "check_gradient_pair", "check_approximate", "elementwise_destination"]
 
 
 def check_float_tensor(op: str, x) -> None:
@@ -14,6 +14,22 @@ def check_float_tensor(op: str, x) -> None:
         raise TypeError(f"tunekit.{op}: x must be a tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"tunekit.{op}: x must be a floating-point tensor, got {x.dtype}")
+
+
+def check_gradient_pair(op: str, dy, x) -> None:
+    """A backward op's ``dy`` and ``x``: floating-point tensors of one shape on one device."""
+    check_float_tensor(op, x)
+    if not isinstance(dy, torch.Tensor) or not dy.is_floating_point():
+        raise TypeError(f"tunekit.{op}: dy must be a floating-point tensor, got "
+                        f"{dy.dtype if isinstance(dy, torch.Tensor) else type(dy).__name__}")
+    if dy.shape != x.shape or dy.device != x.device:
+        raise ValueError(f"tunekit.{op}: dy and x must have one shape and device: dy is {list(dy.shape)} on "
+                         f"{dy.device}, x is {list(x.shape)} on {x.device}")
+
+
+def check_approximate(op: str, approximate) -> None:
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"tunekit.{op}: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
 def _expanded(t: torch.Tensor) -> bool:

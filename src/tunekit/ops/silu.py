@@ -1,13 +1,21 @@
-"""silu (swish): ``y = x * sigmoid(x)``, as ``torch.nn.functional.silu``.
+"""silu (swish): ``y = x * sigmoid(x)`` as ``torch.nn.functional.silu``, and its gradient.
 
-Candidates (this file registers them; kernels live in ``tunekit/kernels/<backend>/``):
+Two tunable ops, each with its candidates (kernels live in ``tunekit/kernels/<backend>/``):
 
+``silu``
 - ``torch_silu`` (default): PyTorch's fused kernel. Runs any input.
-- ``torch_x_sigmoid``: the composite ``x * sigmoid(x)``: two kernels and a temporary, the seeds'
-  "torch" baseline; kept as a candidate so tuning shows why it loses.
-- ``silu_<form>``: CUDA C kernels from ``kernels/cuda/silu.cu`` (the seed's f32, f32x4, f16, f16x2,
-  f16x8, f16x8_pack, the same in bf16, and two-pack forms with more bytes in flight per thread),
-  compiled with NVRTC; contiguous tensors whose pointers are aligned for the load width.
+- ``torch_x_sigmoid``: the composite ``x * sigmoid(x)`` (two kernels and a temporary), the seeds'
+  "torch" baseline; kept so tuning shows why it loses.
+- ``silu_<form>``: CUDA C (``kernels/cuda/silu.cu``): the seeds' f32, f32x4, f16, f16x2, f16x8,
+  f16x8_pack, the same in bf16, and strided multi-pack and persistent forms with more bytes in
+  flight; contiguous tensors aligned for the access width.
+- ``silu_triton_b<BLOCK>_w<warps>``: Triton (``kernels/triton/activations.py``).
+
+``silu_backward`` (``dx = dy * s * (1 + x * (1 - s))``, ``s = sigmoid(x)``): ``torch_silu_backward``
+(default, ``aten.silu_backward``), the same CUDA C forms and Triton configurations.
+
+Autograd: :func:`silu` on a tensor that requires grad runs the tuned forward and records
+:class:`SiluFunction`, whose backward calls the tuned :func:`silu_backward`.
 """
 
 from __future__ import annotations
@@ -15,50 +23,29 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._arguments import check_float_tensor, elementwise_destination
-from ._cuda_elementwise import CudaElementwise
-from ..tunable.params import OpParams, tensor_key, tensor_signature
+from ._arguments import check_float_tensor, check_gradient_pair, elementwise_destination
+from ._cuda_elementwise import cuda_candidates
+from ._elementwise import GradParams, UnaryParams, triton_candidates
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
 
-__all__ = ["SiluParams", "silu", "swish", "silu_op"]
+__all__ = ["SiluParams", "SiluBackwardParams", "SiluFunction", "silu", "swish", "silu_backward", "silu_op",
+           "silu_backward_op"]
 
 _silu = torch._C._nn.silu
+_aten_silu_backward = torch.ops.aten.silu_backward.default
+_aten_silu_backward_out = torch.ops.aten.silu_backward.grad_input
 
 
-class SiluParams(OpParams):
-    """``x`` in, ``out`` written. ``out`` None: the candidate allocates; ``out is x``: in place."""
-
+class SiluParams(UnaryParams):
     op_name = "silu"
-    inputs = ("x",)
-    outputs = ("out",)
-    __slots__ = ("x", "out")
-
-    def __init__(self, x: torch.Tensor, out: torch.Tensor | None = None):
-        self.x = x
-        self.out = out
-
-    def cache_key(self):
-        x, out = self.x, self.out
-        tail = None if out is None else "inplace" if out is x else tensor_key(out)
-        if x.is_contiguous():  # candidates see a flat array: the element count is the shape that matters
-            return (x.dtype, x.numel(), x.data_ptr() & 15, x.device, tail)
-        return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.device, tail)
-
-    def signature(self) -> str:
-        x, out = self.x, self.out
-        if out is None:
-            dest = "new"
-        elif out is x:
-            dest = "inplace"
-        else:
-            dest = tensor_signature(out, shape_matters=False)
-        return f"x={tensor_signature(x, shape_matters=False)} out={dest} {x.device.type}"
-
-    def new_outputs(self):
-        return {"out": torch.empty_like(self.x)}
 
 
+class SiluBackwardParams(GradParams):
+    op_name = "silu_backward"
+
+
+# -- forward candidates ---------------------------------------------------------------------------
 def torch_silu(p: SiluParams) -> torch.Tensor:
     """PyTorch's own fused kernel (autograd-aware when no ``out`` is given)."""
     if p.out is None:
@@ -82,40 +69,88 @@ def make_params(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bo
 
 
 def make_example(shape, dtype=torch.float32, device="cpu") -> SiluParams:
-    return SiluParams(torch.randn(shape, dtype=dtype, device=device))
+    return SiluParams(torch.randn(shape, dtype=dtype, device=device) * 3)
 
 
 silu_op = register(TunableOp("silu", SiluParams, make_params=make_params, make_example=make_example))
 silu_op.add(torch_silu, default=True)
 silu_op.add(torch_x_sigmoid)
+for _c in cuda_candidates("silu.cu", "silu") + triton_candidates("silu", "silu_forward_kernel", ("x",)):
+    silu_op.add(_c)
 
-#: (kernel name in silu.cu, dtype, bytes per load, elements per thread)
-CUDA_VARIANTS = [
-    ("silu_f32", torch.float32, 4, 1), ("silu_f32x4", torch.float32, 16, 4), ("silu_f32x8_pack2", torch.float32, 16, 8),
-    ("silu_f16", torch.float16, 2, 1), ("silu_f16x2", torch.float16, 4, 2), ("silu_f16x8", torch.float16, 4, 8),
-    ("silu_f16x8_pack", torch.float16, 16, 8), ("silu_f16x16_pack2", torch.float16, 16, 16),
-    ("silu_bf16", torch.bfloat16, 2, 1), ("silu_bf16x2", torch.bfloat16, 4, 2), ("silu_bf16x8", torch.bfloat16, 4, 8),
-    ("silu_bf16x8_pack", torch.bfloat16, 16, 8), ("silu_bf16x16_pack2", torch.bfloat16, 16, 16),
-]
-for _name, _dtype, _load, _per_thread in CUDA_VARIANTS:
-    silu_op.add(CudaElementwise("silu.cu", _name, _dtype, _load, _per_thread))
+
+# -- backward candidates --------------------------------------------------------------------------
+def torch_silu_backward(p: SiluBackwardParams) -> torch.Tensor:
+    """PyTorch's fused gradient kernel."""
+    if p.out is None:
+        return _aten_silu_backward(p.dy, p.x)
+    return _aten_silu_backward_out(p.dy, p.x, grad_input=p.out)
+
+
+def make_backward_params(dy: torch.Tensor, x: torch.Tensor) -> SiluBackwardParams:
+    check_gradient_pair("silu_backward", dy, x)
+    return SiluBackwardParams(dy, x)
+
+
+def make_backward_example(shape, dtype=torch.float32, device="cpu") -> SiluBackwardParams:
+    return SiluBackwardParams(torch.randn(shape, dtype=dtype, device=device),
+                              torch.randn(shape, dtype=dtype, device=device) * 3)
+
+
+silu_backward_op = register(TunableOp("silu_backward", SiluBackwardParams, make_params=make_backward_params,
+                                      make_example=make_backward_example))
+silu_backward_op.add(torch_silu_backward, default=True)
+for _c in (cuda_candidates("silu.cu", "silu_backward", inputs=("dy", "x"))
+           + triton_candidates("silu_backward", "silu_backward_kernel", ("dy", "x"))):
+    silu_backward_op.add(_c)
+
+
+# -- public functions -----------------------------------------------------------------------------
+class SiluFunction(torch.autograd.Function):
+    """Autograd for :func:`silu`: the tuned forward, the tuned backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _silu_call(SiluParams(x))
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return silu_backward(dy, x)
 
 
 def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = False) -> torch.Tensor:
     """``x * sigmoid(x)``, element by element, by the fastest correct candidate for these inputs.
 
     Same results and semantics as ``torch.nn.functional.silu``; ``out=`` writes into a given tensor,
-    ``inplace=True`` into ``x``. When autograd must record the call it runs PyTorch's kernel.
+    ``inplace=True`` into ``x``. Differentiable: a tensor that requires grad gets the tuned backward.
+    ``out=`` and ``inplace=True`` under autograd run PyTorch's kernel, with PyTorch's rules.
     """
     if out is None and not inplace and type(x) is torch.Tensor and x.is_floating_point():
         if not (x.requires_grad and _grad_enabled()):  # the common call, kept short
             return _silu_call(SiluParams(x))
+        return SiluFunction.apply(x)
     params = make_params(x, out=out, inplace=inplace)
     if x.requires_grad and torch.is_grad_enabled():
-        return torch_silu(params)
+        return SiluFunction.apply(x) if params.out is None else torch_silu(params)
     return _silu_call(params)
 
 
+def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The gradient of :func:`silu` at ``x`` for the incoming gradient ``dy`` (``aten.silu_backward``).
+
+    When the result itself must be differentiable (double backward), differentiable torch ops run.
+    """
+    params = make_backward_params(dy, x)
+    if _grad_enabled() and (dy.requires_grad or x.requires_grad):
+        # aten.silu_backward has no derivative; autograd's own double backward uses this composite
+        s = torch.sigmoid(x)
+        return dy * s * (1 + x * (1 - s))
+    return _silu_backward_call(params)
+
+
 _silu_call = silu_op.call
+_silu_backward_call = silu_backward_op.call
 _grad_enabled = torch.is_grad_enabled
 swish = silu

@@ -1,0 +1,162 @@
+// Shared by the elementwise kernels (silu.cu, gelu.cu): storage conversions and the two ways of
+// walking an array, for ops of one input (forward: y = f(x)) or two (backward: dx = f(dy, x)).
+//
+// Rules every kernel built on this keeps (the seeds' snippets broke each of them):
+// - math in fp32 for every storage type (the seeds' fp16 hexp/tanh paths lose accuracy or overflow);
+// - any element count: a pack that would cross n falls back to scalar loads and stores, so nothing
+//   is read or written past n and every element is written;
+// - 64-bit indexing (tensors over 2^31 elements work);
+// - the output may be one of the inputs (in place): each element is read, then written, by one
+//   thread, so no __restrict__;
+// - launched by tunekit on the caller's stream (never the legacy default stream).
+//
+// Forms:
+// - map_consecutive<VEC, LOADS>: thread t handles LOADS consecutive packs of VEC elements (the
+//   seeds' forms: f16x8 is four half2 packs, f16x8_pack one 16-byte pack). One tile per block.
+// - map_strided<VEC, UNROLL>: a block's tile is UNROLL * blockDim packs; thread t handles packs
+//   t, t + blockDim, ... so every load instruction of a warp is one contiguous 512-byte run, and
+//   all UNROLL loads are issued before the first use (more bytes in flight per thread). Tiles are
+//   walked grid-stride, so the host may launch one block per tile or a persistent grid.
+// VEC * sizeof(T) is the width of one access; the host checks pointer alignment for it.
+// (inlined into each .cu by tunekit.backends.nvrtc.source, so no include guard is needed)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace tunekit {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+// The inputs of one call: NIN pointers of the same length n, and the output.
+template <typename T, int NIN>
+struct Arrays {
+  const T* in[NIN];
+  T* out;
+  long long n;
+};
+
+template <int NIN, typename Op>
+__device__ __forceinline__ float apply(const Op& op, const float (&v)[NIN]) {
+  if constexpr (NIN == 1) {
+    return op(v[0]);
+  } else {
+    return op(v[0], v[1]);
+  }
+}
+
+// One element, scalar loads and stores (tails).
+template <typename T, int NIN, typename Op>
+__device__ __forceinline__ void map_one(const Arrays<T, NIN>& a, long long i, const Op& op) {
+  float v[NIN];
+#pragma unroll
+  for (int k = 0; k < NIN; ++k) v[k] = to_float(a.in[k][i]);
+  a.out[i] = from_float<T>(apply<NIN>(op, v));
+}
+
+// A run of UNROLL packs starting at the element offsets start[u]; all loads before any math.
+template <typename T, int NIN, int VEC, int UNROLL, typename Op>
+__device__ __forceinline__ void map_packs(const Arrays<T, NIN>& a, const long long (&start)[UNROLL], const Op& op) {
+  Pack<T, VEC> in[NIN][UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) in[k][u] = *reinterpret_cast<const Pack<T, VEC>*>(a.in[k] + start[u]);
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    Pack<T, VEC> out;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      float v[NIN];
+#pragma unroll
+      for (int k = 0; k < NIN; ++k) v[k] = to_float(in[k][u].v[e]);
+      out.v[e] = from_float<T>(apply<NIN>(op, v));
+    }
+    *reinterpret_cast<Pack<T, VEC>*>(a.out + start[u]) = out;
+  }
+}
+
+template <typename T, int NIN, int VEC, int LOADS, typename Op>
+__device__ __forceinline__ void map_consecutive(const Arrays<T, NIN>& a, const Op& op) {
+  constexpr int PER_THREAD = VEC * LOADS;
+  const long long first = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * PER_THREAD;
+  if (first >= a.n) return;
+  if (first + PER_THREAD <= a.n) {
+    long long start[LOADS];
+#pragma unroll
+    for (int l = 0; l < LOADS; ++l) start[l] = first + l * VEC;
+    map_packs<T, NIN, VEC, LOADS>(a, start, op);
+  } else {  // the tail: fewer than PER_THREAD elements left
+    for (long long i = first; i < a.n; ++i) map_one(a, i, op);
+  }
+}
+
+template <typename T, int NIN, int VEC, int UNROLL, typename Op>
+__device__ __forceinline__ void map_strided(const Arrays<T, NIN>& a, const Op& op) {
+  const long long tile = static_cast<long long>(blockDim.x) * VEC * UNROLL;
+  const long long tiles = (a.n + tile - 1) / tile;
+  for (long long b = blockIdx.x; b < tiles; b += gridDim.x) {
+    long long start[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) start[u] = b * tile + (static_cast<long long>(u) * blockDim.x + threadIdx.x) * VEC;
+    if (b * tile + tile <= a.n) {
+      map_packs<T, NIN, VEC, UNROLL>(a, start, op);
+    } else {  // the last tile: whole packs vectorised, a pack crossing n element by element
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        if (start[u] + VEC <= a.n) {
+          long long one[1] = {start[u]};
+          map_packs<T, NIN, VEC, 1>(a, one, op);
+        } else {
+          for (long long i = start[u]; i < a.n; ++i) map_one(a, i, op);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tunekit
+
+// Kernel definitions: `TUNEKIT_UNARY(name, T, Op, form, VEC, N)` defines
+// `extern "C" name(const T* x, T* y, long long n)`; `TUNEKIT_BINARY` defines
+// `name(const T* a, const T* b, T* y, long long n)` (backward: a = dy, b = x). `form` is
+// map_consecutive (N = loads per thread) or map_strided (N = packs per thread, strided).
+#define TUNEKIT_UNARY(name, T, Op, form, VEC, N)                                                 \
+  extern "C" __global__ void __launch_bounds__(256) name(const T* x, T* y, long long n) {        \
+    tunekit::form<T, 1, VEC, N>(tunekit::Arrays<T, 1>{{x}, y, n}, Op{});                          \
+  }
+
+#define TUNEKIT_BINARY(name, T, Op, form, VEC, N)                                                        \
+  extern "C" __global__ void __launch_bounds__(256) name(const T* a, const T* b, T* y, long long n) {   \
+    tunekit::form<T, 2, VEC, N>(tunekit::Arrays<T, 2>{{a, b}, y, n}, Op{});                              \
+  }
+
+// The forms every elementwise op instantiates, per storage type; the host side lists the same
+// names (ops/_cuda_elementwise.py FORMS). `prefix` is e.g. silu, silu_backward, gelu_tanh.
+#define TUNEKIT_FORMS(DEF, prefix, Op)                                                          \
+  DEF(prefix##_f32, float, Op, map_consecutive, 1, 1)                                           \
+  DEF(prefix##_f32x4, float, Op, map_consecutive, 4, 1)                                         \
+  DEF(prefix##_f32x4_x2, float, Op, map_strided, 4, 2)                                          \
+  DEF(prefix##_f32x4_x4, float, Op, map_strided, 4, 4)                                          \
+  DEF(prefix##_f16, __half, Op, map_consecutive, 1, 1)                                          \
+  DEF(prefix##_f16x2, __half, Op, map_consecutive, 2, 1)                                        \
+  DEF(prefix##_f16x8, __half, Op, map_consecutive, 2, 4)                                        \
+  DEF(prefix##_f16x8_pack, __half, Op, map_consecutive, 8, 1)                                   \
+  DEF(prefix##_f16x8_pack_x2, __half, Op, map_strided, 8, 2)                                    \
+  DEF(prefix##_f16x8_pack_x4, __half, Op, map_strided, 8, 4)                                    \
+  DEF(prefix##_bf16, __nv_bfloat16, Op, map_consecutive, 1, 1)                                  \
+  DEF(prefix##_bf16x2, __nv_bfloat16, Op, map_consecutive, 2, 1)                                \
+  DEF(prefix##_bf16x8, __nv_bfloat16, Op, map_consecutive, 2, 4)                                \
+  DEF(prefix##_bf16x8_pack, __nv_bfloat16, Op, map_consecutive, 8, 1)                           \
+  DEF(prefix##_bf16x8_pack_x2, __nv_bfloat16, Op, map_strided, 8, 2)                            \
+  DEF(prefix##_bf16x8_pack_x4, __nv_bfloat16, Op, map_strided, 8, 4)

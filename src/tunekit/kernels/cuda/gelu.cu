@@ -1,0 +1,49 @@
+// gelu(x) in both of torch's forms and their gradients, in every form of elementwise.cuh.
+//   "none": 0.5 x (1 + erf(x / sqrt 2))
+//   "tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// All math in fp32 with the accurate erff/tanhf/expf (the seed's half-precision tanh built from
+// exp overflowed to NaN for x > ~4); no clamping of the input. The formulas follow PyTorch's
+// kernels term by term, so results agree within fp32 rounding and special values match.
+#include "elementwise.cuh"
+
+#define TUNEKIT_SQRT1_2 0.70710678118654752440f
+#define TUNEKIT_BETA 0.79788456080286535588f    /* sqrt(2 / pi) */
+#define TUNEKIT_KAPPA 0.044715f
+#define TUNEKIT_PDF_SCALE 0.39894228040143267794f /* 1 / sqrt(2 pi) */
+
+struct GeluForward {
+  __device__ __forceinline__ float operator()(float x) const { return 0.5f * x * (1.0f + erff(x * TUNEKIT_SQRT1_2)); }
+};
+
+struct GeluTanhForward {
+  __device__ __forceinline__ float operator()(float x) const {
+    const float inner = TUNEKIT_BETA * (x + TUNEKIT_KAPPA * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+  }
+};
+
+struct GeluBackward {
+  __device__ __forceinline__ float operator()(float dy, float x) const {
+    const float cdf = 0.5f * (1.0f + erff(x * TUNEKIT_SQRT1_2));
+    const float pdf = expf(-0.5f * x * x) * TUNEKIT_PDF_SCALE;
+    return dy * (cdf + x * pdf);
+  }
+};
+
+struct GeluTanhBackward {
+  __device__ __forceinline__ float operator()(float dy, float x) const {
+    const float x_sq = x * x;
+    const float inner = TUNEKIT_BETA * (x + TUNEKIT_KAPPA * x_sq * x);
+    const float t = tanhf(inner);
+    const float left = 0.5f * x;
+    const float right = 1.0f + t;
+    const float left_derivative = 0.5f * right;
+    const float right_derivative = left * (1.0f - t * t) * (TUNEKIT_BETA * (1.0f + 3.0f * TUNEKIT_KAPPA * x_sq));
+    return dy * (left_derivative + right_derivative);
+  }
+};
+
+TUNEKIT_FORMS(TUNEKIT_UNARY, gelu, GeluForward)
+TUNEKIT_FORMS(TUNEKIT_UNARY, gelu_tanh, GeluTanhForward)
+TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_backward, GeluBackward)
+TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_tanh_backward, GeluTanhBackward)

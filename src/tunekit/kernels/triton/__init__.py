@@ -1,0 +1,1 @@
+"""Triton kernels (``activations.py``), imported only when a Triton candidate first runs."""
