@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, the whole suite, and the benchmarks this issue reports.
-# Usage on the device machine: bash scripts/gpu_check.sh   (writes logs under $OUT when set)
+# Device calls, each under the device's 10-minute limit (outputs under $OUT when set):
+#   bash scripts/gpu_check.sh tests   GPU facts, pytest -m gpu, the rest of the suite, dispatch overhead
+#   bash scripts/gpu_check.sh bench   benchmarks/activations.py (every candidate, torch eager, torch.compile)
+#                                     and the first-call tuning time
 set -uo pipefail
 OUT=${OUT:-/tmp/tunekit-out}; mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1 TUNEKIT_RESULTS=/tmp/tunekit-results.sqlite
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
-echo "== pytest -m gpu"; python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.txt" | tail -15
-echo "== pytest (all)"; python3 -m pytest -q -p no:cacheprovider -x 2>&1 | tee "$OUT/pytest-all.txt" | tail -4
-echo "== dispatch overhead"; python3 benchmarks/dispatch_overhead.py --save 2>&1 | tee "$OUT/dispatch.txt"
-cp benchmarks/results/dispatch_overhead-*.md "$OUT/" 2>/dev/null
-echo "== explore"
-for dt in float32 float16 bfloat16; do for shape in 4096x4096 8192x8192; do
-  python3 -m tunekit explore silu --shape $shape --dtype $dt 2>&1 | tee -a "$OUT/explore.txt"
-done; done
-echo "== tuning time of a new signature"
-python3 benchmarks/tuning_time.py 2>&1 | tee "$OUT/tuning_time.txt"
+case "${1:-tests}" in
+tests)
+  echo "== pytest -m gpu"; python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.txt" | tail -25
+  echo "== pytest -m 'not gpu'"; python3 -m pytest -q -m "not gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest-cpu.txt" | tail -4
+  echo "== dispatch overhead"; python3 benchmarks/dispatch_overhead.py --save 2>&1 | tee "$OUT/dispatch.txt"
+  cp benchmarks/results/dispatch_overhead-*.md "$OUT/" 2>/dev/null ;;
+bench)
+  echo "== activations"; python3 benchmarks/activations.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/activations.txt" | tail -60
+  echo "== tuning time of a new signature"; python3 benchmarks/tuning_time.py 2>&1 | tee "$OUT/tuning_time.txt" ;;
+esac

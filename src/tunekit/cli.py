@@ -85,7 +85,8 @@ def cmd_explore(args) -> int:
     op = get_op(args.op)
     dtype = DTYPES[args.dtype]
     torch.manual_seed(args.seed)
-    params = op.make_example(args.shape, dtype, device)
+    arguments = {"approximate": args.approximate} if args.approximate else {}
+    params = op.make_example(args.shape, dtype, device, **arguments)
     bandwidth = copy_bandwidth(device)
     timings = measure_candidates(op, params, repeats=args.repeats, graph=not args.no_graph)
     chosen = op.resolve(params, context.current())
@@ -100,7 +101,7 @@ def cmd_explore(args) -> int:
             gbps = nbytes / (t.time_ms * 1e-3) / 1e9
             row.update(gbps=gbps, pct_copy=100 * gbps / bandwidth, vs_default=base / t.time_ms if base else None)
         rows.append(row)
-    result = {"op": op.name, "shape": list(args.shape), "dtype": args.dtype, "device": _device_note(device),
+    result = {"op": op.name, "shape": list(args.shape), "dtype": args.dtype, "arguments": arguments, "device": _device_note(device),
               "signature": params.signature(), "bytes": nbytes, "copy_gbps": bandwidth,
               "tuned_choice": chosen.candidate.name, "why": chosen.why, "candidates": rows}
     if args.json:
@@ -109,14 +110,15 @@ def cmd_explore(args) -> int:
     shape = "x".join(str(s) for s in args.shape)
     print(f"{op.name} {shape} {args.dtype}   {result['device']}")
     print(f"signature {result['signature']}   copy bandwidth {bandwidth:.0f} GB/s (read+write, same run)")
-    print(f"{'':2}{'candidate':<24}{'first values':>28}{'median':>13}{'GB/s':>9}{'% copy':>8}{'vs default':>11}")
+    w = max(len(r["candidate"]) for r in rows) + 2
+    print(f"{'':2}{'candidate':<{w}}{'first values':>28}{'median':>13}{'GB/s':>9}{'% copy':>8}{'vs default':>11}")
     for r in rows:
         mark = "*" if r["tuned_choice"] else " "
         vals = ", ".join(f"{v:.8g}" for v in r["first_values"])
         if r["status"] != "ok":
-            print(f"{mark} {r['candidate']:<24}{vals:>28}   rejected ({r['status']}): {r['reason']}")
+            print(f"{mark} {r['candidate']:<{w}}{vals:>28}   rejected ({r['status']}): {r['reason']}")
             continue
-        print(f"{mark} {r['candidate']:<24}{vals:>28}{r['time_ms'] * 1e3:>10.2f} us{r['gbps']:>9.1f}"
+        print(f"{mark} {r['candidate']:<{w}}{vals:>28}{r['time_ms'] * 1e3:>10.2f} us{r['gbps']:>9.1f}"
               f"{r['pct_copy']:>7.1f}%{r['vs_default']:>10.2f}x")
     print(f"* tuned choice: {chosen.candidate.name} ({chosen.why})")
     return 0
@@ -186,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=20, help="timed repeats; the median is reported")
     p.add_argument("--no-graph", action="store_true", help="time eager launches instead of CUDA-graph replays")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--approximate", choices=["none", "tanh"], help="gelu / gelu_backward: which form")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_explore)
 

@@ -6,7 +6,8 @@ Why they are written the way they are:
   store, as PyTorch's own kernels do, so results agree with torch to the dtype's rounding.
 - 64-bit offsets (``pid.to(tl.int64) * BLOCK``): ``pid * BLOCK`` in int32 wraps past 2**31 elements.
 - Masked loads and stores: any ``n``, not just multiples of ``BLOCK``; lanes past the end touch nothing.
-- Backward formulas are PyTorch's, term by term, so NaN and inf propagate where torch's do.
+- Backward formulas are PyTorch's, term by term, so NaN and inf propagate where torch's do (gelu's
+  tanh form gets ``1 + t`` and ``1 - t*t`` from a cancellation-free helper; same values, same NaNs).
 - ``tl.math.erf`` (a core op since Triton 3.0, lowered to libdevice's erff on NVIDIA) and ``tl.exp``
   only; gelu's tanh is built from exp below (the libdevice module path moved between releases), in
   a form more accurate than ``1 + tanhf(u)``.
