@@ -89,15 +89,18 @@ class CudaElementwise(Candidate):
         return None
 
     def run(self, p):
-        tensors = [getattr(p, name) for name in self.inputs]
+        tensors = (p.x,) if self.inputs == ("x",) else tuple(getattr(p, name) for name in self.inputs)
         x = tensors[0]
-        out = p.out if p.out is not None else torch.empty_like(x)
+        out = p.out
+        if out is None:
+            out = torch.empty_like(x)
         n = x.numel()
         if n:
+            index = x.get_device()
             grid = (n + self.elements_per_block - 1) // self.elements_per_block
             if self.persistent:
-                grid = min(grid, _sm_count(x.device.index) * PERSISTENT_BLOCKS_PER_SM)
-            self.kernel.launch(x.device.index, grid, BLOCK, *tensors, out, n)
+                grid = min(grid, _sm_count(index) * PERSISTENT_BLOCKS_PER_SM)
+            self.kernel.launch(index, grid, BLOCK, *tensors, out, n)
         return out
 
     def source_hash(self) -> str:

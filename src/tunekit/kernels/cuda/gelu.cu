@@ -43,7 +43,41 @@ struct GeluTanhBackward {
   }
 };
 
-TUNEKIT_FORMS(TUNEKIT_UNARY, gelu, GeluForward)
-TUNEKIT_FORMS(TUNEKIT_UNARY, gelu_tanh, GeluTanhForward)
-TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_backward, GeluBackward)
-TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_tanh_backward, GeluTanhBackward)
+// 16-bit storage: the same functions from the fast building blocks of elementwise.cuh.
+// erf form: Phi(x) from a rational-exponential erfc (no cancellation for x < 0).
+// tanh form: 0.5 (1 + tanh(u)) = sigmoid(2u) exactly, so gelu = x sigmoid(2u) and, with
+// s = sigmoid(2u), 1 - tanh^2(u) = 4 s (1 - s): no tanh, no cancellation near tanh = -1.
+struct GeluForwardFast {
+  __device__ __forceinline__ float operator()(float x) const {
+    float e;
+    return x * tunekit::fast_normal_cdf(x, e);
+  }
+};
+
+struct GeluTanhForwardFast {
+  __device__ __forceinline__ float operator()(float x) const {
+    return x * tunekit::fast_sigmoid(2.0f * TUNEKIT_BETA * (x + TUNEKIT_KAPPA * x * x * x));
+  }
+};
+
+struct GeluBackwardFast {
+  __device__ __forceinline__ float operator()(float dy, float x) const {
+    float e;  // exp(-x^2 / 2)
+    const float cdf = tunekit::fast_normal_cdf(x, e);
+    return dy * (cdf + x * e * TUNEKIT_PDF_SCALE);
+  }
+};
+
+struct GeluTanhBackwardFast {
+  __device__ __forceinline__ float operator()(float dy, float x) const {
+    const float x_sq = x * x;
+    const float s = tunekit::fast_sigmoid(2.0f * TUNEKIT_BETA * (x + TUNEKIT_KAPPA * x_sq * x));
+    const float inner_derivative = TUNEKIT_BETA * (1.0f + 3.0f * TUNEKIT_KAPPA * x_sq);
+    return dy * (s + 2.0f * x * s * (1.0f - s) * inner_derivative);
+  }
+};
+
+TUNEKIT_FORMS(TUNEKIT_UNARY, gelu, GeluForward, GeluForwardFast)
+TUNEKIT_FORMS(TUNEKIT_UNARY, gelu_tanh, GeluTanhForward, GeluTanhForwardFast)
+TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_backward, GeluBackward, GeluBackwardFast)
+TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_tanh_backward, GeluTanhBackward, GeluTanhBackwardFast)

@@ -16,5 +16,17 @@ struct SiluBackward {
   }
 };
 
-TUNEKIT_FORMS(TUNEKIT_UNARY, silu, SiluForward)
-TUNEKIT_FORMS(TUNEKIT_BINARY, silu_backward, SiluBackward)
+// 16-bit storage: the same formulas on tunekit::fast_sigmoid (see elementwise.cuh for why).
+struct SiluForwardFast {
+  __device__ __forceinline__ float operator()(float x) const { return x * tunekit::fast_sigmoid(x); }
+};
+
+struct SiluBackwardFast {
+  __device__ __forceinline__ float operator()(float dy, float x) const {
+    const float s = tunekit::fast_sigmoid(x);
+    return dy * s * (1.0f + x * (1.0f - s));
+  }
+};
+
+TUNEKIT_FORMS(TUNEKIT_UNARY, silu, SiluForward, SiluForwardFast)
+TUNEKIT_FORMS(TUNEKIT_BINARY, silu_backward, SiluBackward, SiluBackwardFast)
