@@ -168,18 +168,34 @@ namespace tunekit {
 // Fast fp32 building blocks for 16-bit storage. At 2 bytes per element the accurate libm forms
 // (expf, erff, tanhf, IEEE division: tens of instructions each) make the kernels compute-bound:
 // measured on an H200, fp16 GELU(erf) reached 70-78% of copy bandwidth and fp32 GELU 98%. These
-// intrinsics err by ~1e-6 relative, hundreds of times below fp16's (4.9e-4) and bf16's (3.9e-3)
+// approximations err by ~1e-6 relative, hundreds of times below fp16's (4.9e-4) and bf16's (3.9e-3)
 // rounding, so the stored results are those of the accurate forms up to a last-bit tie.
-// Special values: sigmoid(+inf) = 1, sigmoid(-inf) = 0 (__fdividef(1, inf) = 0), NaN stays NaN.
-__device__ __forceinline__ float fast_sigmoid(float v) { return __fdividef(1.0f, 1.0f + __expf(-v)); }
+// The hardware's approximate exp2 and reciprocal (one MUFU instruction each), flushing denormals:
+// the CUDA intrinsics __expf / __fdividef wrap the same instructions in range fix-ups for denormal
+// fp32 values, which no 16-bit result can hold (measured: a third of GELU(erf)'s instructions).
+// Special values: exp2(+inf) = inf, exp2(-inf) = 0, rcp(inf) = 0, rcp(0) = inf, NaN stays NaN.
+__device__ __forceinline__ float fast_exp2(float v) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+__device__ __forceinline__ float fast_rcp(float v) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+__device__ __forceinline__ float fast_exp(float v) { return fast_exp2(v * 1.44269504088896340736f); }
+
+// sigmoid(+inf) = 1, sigmoid(-inf) = rcp(inf) = 0, NaN stays NaN.
+__device__ __forceinline__ float fast_sigmoid(float v) { return fast_rcp(1.0f + fast_exp(-v)); }
 
 // erfc(z) for z >= 0, Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), returned with
 // exp(-z^2) so a gradient can reuse it. No cancellation in either tail: Phi(x) for x < 0 is
 // erfc(|x|/sqrt 2) / 2 directly, not 1 - (something near 1).
 __device__ __forceinline__ float fast_erfc(float z, float& exp_neg_z2) {
-  const float t = __fdividef(1.0f, 1.0f + 0.3275911f * z);
+  const float t = fast_rcp(1.0f + 0.3275911f * z);
   const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  exp_neg_z2 = __expf(-z * z);
+  exp_neg_z2 = fast_exp(-z * z);
   return poly * exp_neg_z2;
 }
 
