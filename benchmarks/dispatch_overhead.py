@@ -67,28 +67,13 @@ def run(device: torch.device) -> list[tuple[str, float]]:
 
 
 def launch_rows(x, name):
-    """Where the CUDA C path's host time goes: the allocation, and one launch through each way of
-    calling the driver (ctypes on libcuda, cuda-bindings)."""
-    import os
-
-    from tunekit.backends import nvrtc
-
+    """Where the CUDA C path's host time goes: the output's allocation, and the launch."""
     kernel = silu_op.candidate(name).kernel
     y = torch.empty_like(x)
     n, index = x.numel(), x.get_device()
-    rows = [("torch.empty_like(x)", per_call_us(lambda: torch.empty_like(x), x.device))]
-    for label, env in (("ctypes", None), ("cuda-bindings", "1")):
-        if env:
-            os.environ["TUNEKIT_LAUNCH_WITH_BINDINGS"] = env
-        else:
-            os.environ.pop("TUNEKIT_LAUNCH_WITH_BINDINGS", None)
-        nvrtc._c_launch.cache_clear()
-        kernel._handles.clear()
-        rows.append((f"CudaKernel.launch  ({label})", per_call_us(lambda: kernel.launch(index, 1, 256, x, y, n), x.device)))
-    os.environ.pop("TUNEKIT_LAUNCH_WITH_BINDINGS", None)
-    nvrtc._c_launch.cache_clear()
-    kernel._handles.clear()
-    return rows
+    return [("torch.empty_like(x)", per_call_us(lambda: torch.empty_like(x), x.device)),
+            ("CudaKernel.launch  (cuda-bindings cuLaunchKernel)",
+             per_call_us(lambda: kernel.launch(index, 1, 256, x, y, n), x.device))]
 
 
 def pinned_rows(x, name):

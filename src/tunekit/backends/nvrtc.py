@@ -197,7 +197,6 @@ class CudaKernel:
     def __init__(self, filename: str, name: str, options: tuple[str, ...] = ()):
         self.filename, self.name, self.options = filename, name, options
         self._functions: dict[int, object] = {}
-        self._handles: dict[int, object] = {}
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -228,47 +227,27 @@ class CudaKernel:
         return cached
 
     def launch(self, device_index: int, grid: int, block: int, *args) -> None:
-        fn = self._handles.get(device_index)
+        """Tensors go in as device pointers, ints as 64-bit integers. Host cost matters here (it is
+        most of a small op's time): measured on an H200 host, the driver call through cuda-bindings
+        is ~3.0 us of the ~4 us this takes (a ctypes call on libcuda was slower: 3.5 us)."""
+        fn = self._functions.get(device_index)
         if fn is None:
-            fn = self._handle(device_index)
-        holders, _, address = self._arg_array(len(args))
+            fn = self.function(device_index)
+        args_cache = self._local.__dict__.get("args")
+        if args_cache is None or len(args_cache[0]) != len(args):
+            args_cache = self._arg_array(len(args))
+        holders, _, address = args_cache
         for h, a in zip(holders, args):
-            h.value = a.data_ptr() if isinstance(a, torch.Tensor) else int(a) & 0xFFFFFFFFFFFFFFFF
-        launch = _c_launch()
-        if launch is not None:
-            err = launch(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(device_index), address, None)
-        else:
-            driver, _ = _bindings()
-            (err,) = driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(device_index), address, 0)
-        if int(err) != 0:
-            raise RuntimeError(f"cuLaunchKernel({self.name}) failed: CUresult {int(err)}")
-
-    def _handle(self, device_index: int):
-        """What the launch passes as the function: its raw address for the ctypes path, else the
-        cuda-bindings object."""
-        fn = self.function(device_index)
-        handle = int(fn) if _c_launch() is not None else fn
-        self._handles[device_index] = handle
-        return handle
+            h.value = a & 0xFFFFFFFFFFFFFFFF if type(a) is int else a.data_ptr()
+        (err,) = _driver_launch()(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(device_index), address, 0)
+        if int(err):
+            raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {err!r}")
 
 
 @functools.lru_cache(maxsize=None)
-def _c_launch():
-    """``cuLaunchKernel`` of the driver library called through ctypes, or None when it cannot be
-    loaded. Why: cuda-bindings' Python wrapper converts every argument on each call and took
-    ~2 us more host time per launch than torch's own kernels on an H200 host; a ctypes call with
-    fixed argument types costs a fraction of that."""
-    if os.environ.get("TUNEKIT_LAUNCH_WITH_BINDINGS"):
-        return None
-    try:
-        lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-        f = lib.cuLaunchKernel
-    except (OSError, AttributeError):
-        return None
-    u = ctypes.c_uint
-    f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    f.restype = ctypes.c_int
-    return f
+def _driver_launch():
+    driver, _ = _bindings()
+    return driver.cuLaunchKernel
 
 
 @functools.lru_cache(maxsize=None)

@@ -127,6 +127,6 @@ class TritonElementwise(Candidate):
 
     def source_hash(self) -> str:
         global _source_text
-        if _source_text is None:
-            _source_text = KERNELS_FILE.read_text()
+        if _source_text is None:  # the kernels and this launcher: a change to either re-tunes
+            _source_text = KERNELS_FILE.read_text() + Path(__file__).read_text()
         return hash_source(_source_text, self.kernel_name, self.block, self.num_warps)
