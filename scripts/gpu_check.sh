@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device calls, each under the device's 10-minute limit (outputs under $OUT when set):
-#   bash scripts/gpu_check.sh tests   GPU facts, pytest -m gpu, the rest of the suite, dispatch overhead
+#   bash scripts/gpu_check.sh tests   GPU facts, pytest -m gpu, the rest of the suite, dispatch and launch overhead
 #   bash scripts/gpu_check.sh bench   benchmarks/activations.py (every candidate, torch eager, torch.compile)
 #                                     and the first-call tuning time
 set -uo pipefail
@@ -13,8 +13,9 @@ tests)
   echo "== pytest -m gpu"; python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.txt" | tail -25
   echo "== pytest -m 'not gpu'"; python3 -m pytest -q -m "not gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest-cpu.txt" | tail -4
   echo "== dispatch overhead"; python3 benchmarks/dispatch_overhead.py --save 2>&1 | tee "$OUT/dispatch.txt"
-  cp benchmarks/results/dispatch_overhead-*.md "$OUT/" 2>/dev/null ;;
+  cp benchmarks/results/dispatch_overhead-*.md "$OUT/" 2>/dev/null
+  echo "== launch overhead"; python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.md" ;;
 bench)
   echo "== activations"; python3 benchmarks/activations.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/activations.txt" | tail -60
-  echo "== tuning time of a new signature"; python3 benchmarks/tuning_time.py 2>&1 | tee "$OUT/tuning_time.txt" ;;
+  echo "== tuning time of a new signature"; python3 benchmarks/tuning_time.py 2>&1 | tee "$OUT/tuning_time.md" ;;
 esac
