@@ -7,7 +7,7 @@ fastest in a results file, and runs it from then on. See ``docs/architecture.md`
 
 __version__ = "0.1.0"
 
-from .ops import gelu, gelu_backward, silu, silu_backward, swish
+from .ops import gelu, gelu_backward, logsumexp, logsumexp_backward, silu, silu_backward, swish
 from .tunable import (
     Explanation,
     TunekitWarning,
@@ -19,5 +19,5 @@ from .tunable import (
     tuning,
 )
 
-__all__ = ["silu", "swish", "silu_backward", "gelu", "gelu_backward", "tuning", "settings", "configure", "explain", "results_store",
+__all__ = ["silu", "swish", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward", "tuning", "settings", "configure", "explain", "results_store",
            "Explanation", "TuningSettings", "TunekitWarning", "__version__"]

@@ -1,0 +1,138 @@
+"""Candidates of a row reduction (logsumexp): kernels that see a contiguous input as (rows, cols)
+and reduce the last dimension, one result per row.
+
+``rows_and_cols(p)`` says whether params fit that view: a contiguous float32/float16/bfloat16
+input of at least one dimension, reduced over its last dimension only, with at least one row and
+one column (an empty reduction is the default's: -inf everywhere), and a contiguous output.
+The other layouts (other dims, tuples of dims, strided views) run the default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+from pathlib import Path
+
+import torch
+
+from ..backends import nvrtc
+from ..tunable.candidate import Candidate, hash_source
+
+__all__ = ["rows_and_cols", "CudaRows", "TritonRows"]
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+BLOCK = 256
+BLOCKS_PER_SM = 2048 // BLOCK
+
+
+def rows_and_cols(p) -> tuple[int, int] | str:
+    """(rows, cols) of ``p.x`` reduced over its last dimension, or why the view does not apply."""
+    x = p.x
+    if x.dtype not in DTYPES:
+        return "float32, float16 or bfloat16 only"
+    if x.dim() == 0 or p.dims != (x.dim() - 1,):
+        return "reduces the last dimension only"
+    if not x.is_contiguous():
+        return "needs a contiguous input"
+    cols = x.shape[-1]
+    if cols == 0 or x.numel() == 0:
+        return "needs a non-empty reduction"
+    if p.out is not None and (not p.out.is_contiguous() or p.out.dtype != x.dtype):
+        return "needs a contiguous output of the input's dtype"
+    return x.numel() // cols, cols
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+class CudaRows(Candidate):
+    """``kernel(const T* x, T* out, long long rows, long long cols)`` from ``filename``, with
+    ``threads_per_row`` threads per row (rows per 256-thread block = 256 / threads_per_row) and
+    ``vec`` elements per load (rows must then start on 16-byte boundaries)."""
+
+    def __init__(self, filename: str, name: str, dtype: torch.dtype, *, vec: int, threads_per_row: int):
+        self.name = name
+        self.dtype = dtype
+        self.vec = vec
+        self.rows_per_block = BLOCK // threads_per_row
+        self.kernel = nvrtc.kernel(filename, name)
+
+    def supports(self, p) -> str | None:
+        x = p.x
+        if x.device.type != "cuda":
+            return "needs a CUDA device"
+        if x.dtype != self.dtype:
+            return f"{str(self.dtype).removeprefix('torch.')} only"
+        view = rows_and_cols(p)
+        if isinstance(view, str):
+            return view
+        if self.vec > 1 and (x.data_ptr() % 16 or view[1] % self.vec):
+            return f"rows must start 16-byte aligned (cols a multiple of {self.vec}, x aligned)"
+        return nvrtc.available()
+
+    def run(self, p):
+        x = p.x
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        rows, cols = x.numel() // x.shape[-1], x.shape[-1]
+        index = x.get_device()
+        grid = min((rows + self.rows_per_block - 1) // self.rows_per_block, _sm_count(index) * BLOCKS_PER_SM * 4)
+        self.kernel.launch(index, grid, BLOCK, x, out, rows, cols)
+        return out
+
+    def source_hash(self) -> str:
+        return hash_source(self.kernel.source_hash(), self.name, self.vec, self.rows_per_block, BLOCK)
+
+
+class TritonRows(Candidate):
+    """A Triton kernel of ``tunekit.kernels.triton.logsumexp`` launched with one program per row.
+    ``inputs`` names the params' tensors passed before the output (``x``; ``dy, x, lse`` for the
+    gradient); ``output`` names the output field, allocated by ``p.new_outputs()`` when None."""
+
+    MODULE = "tunekit.kernels.triton.logsumexp"
+
+    def __init__(self, name: str, kernel: str, *, inputs=("x",), block: int = 1024, num_warps: int = 4):
+        self.name, self.kernel_name, self.inputs = name, kernel, tuple(inputs)
+        self.block, self.num_warps = block, num_warps
+
+    @functools.cached_property
+    def _kernel(self):
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return None
+        return getattr(importlib.import_module(self.MODULE), self.kernel_name)
+
+    def supports(self, p) -> str | None:
+        x = p.x
+        if x.device.type != "cuda" and not (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+            return "needs a CUDA device"
+        view = rows_and_cols(p)
+        if isinstance(view, str):
+            return view
+        for name in self.inputs:
+            t = getattr(p, name)
+            if t.dtype != x.dtype or not t.is_contiguous() or t.device != x.device:
+                return "needs contiguous tensors of one dtype on one device"
+        if self._kernel is None:
+            return "needs triton (pip install 'tunekit[triton]')"
+        if x.device.type == "cpu" and type(self._kernel).__name__ != "InterpretedFunction":
+            return "Triton kernels were compiled for the GPU (TRITON_INTERPRET=1 set after they loaded)"
+        return None
+
+    def run(self, p):
+        x = p.x
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        rows, cols = x.numel() // x.shape[-1], x.shape[-1]
+        tensors = [getattr(p, name) for name in self.inputs]
+        with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+            self._kernel[(rows,)](*tensors, out, cols, BLOCK=self.block, num_warps=self.num_warps)
+        return out
+
+    def source_hash(self) -> str:
+        text = (Path(__file__).parent.parent / "kernels" / "triton" / "logsumexp.py").read_text()
+        return hash_source(text, Path(__file__).read_text(), self.kernel_name, self.block, self.num_warps)
+

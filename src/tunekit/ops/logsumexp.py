@@ -1,0 +1,207 @@
+"""logsumexp as ``torch.logsumexp(x, dim, keepdim)``, fused into one pass per row, and its gradient.
+
+``torch.logsumexp`` is a composite (amax, subtract, exp, sum, log, add: several kernels and a
+full-size temporary); the candidates here read each row once.
+
+``logsumexp``
+- ``torch_logsumexp`` (default): runs any input (every dim, tuples of dims, strides, dtypes).
+- ``logsumexp_<layout>_<dtype>[_vec]``: CUDA C (``kernels/cuda/logsumexp.cu``), last dimension of
+  a contiguous input: ``rows8`` (8 threads per row, 32 rows per block: rows of 64 and fewer),
+  ``warp`` (a warp per row), ``block`` (256 threads per row); ``_vec`` loads 16 bytes at a time.
+- ``logsumexp_triton_b<BLOCK>_w<warps>``: Triton, one program per row.
+
+``logsumexp_backward`` (``dx = dy * exp(x - lse)``): ``torch_logsumexp_backward`` (default) and
+Triton, one pass over x.
+
+Autograd: :func:`logsumexp` on a tensor that requires grad records :class:`LogsumexpFunction`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._arguments import check_float_tensor
+from ._elementwise import with_arguments
+from ._rows import CudaRows, TritonRows
+from ..tunable.params import OpParams, tensor_key, tensor_signature
+from ..tunable.registry import register
+from ..tunable.tunable_op import TunableOp
+
+__all__ = ["LogsumexpParams", "LogsumexpBackwardParams", "LogsumexpFunction", "logsumexp", "logsumexp_backward",
+           "logsumexp_op", "logsumexp_backward_op"]
+
+TRITON_CONFIGS = [(1024, 4), (4096, 8)]
+
+
+def normalize_dims(dim, ndim: int) -> tuple[int, ...]:
+    """``dim`` (an int or a sequence) as sorted non-negative dims; ValueError as torch would refuse."""
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    rank = max(ndim, 1)  # a 0-d tensor takes dim 0 or -1
+    out = []
+    for d in dims:
+        if not isinstance(d, int) or not -rank <= d < rank:
+            raise ValueError(f"dim {d!r} out of range for a tensor of {ndim} dimensions")
+        out.append(d % rank)
+    if len(set(out)) != len(out):
+        raise ValueError(f"dim {dim!r} names a dimension twice")
+    return tuple(sorted(out))
+
+
+def reduced_shape(x: torch.Tensor, dims: tuple[int, ...], keepdim: bool) -> list[int]:
+    if x.dim() == 0:
+        return []
+    return [1 if i in dims else s for i, s in enumerate(x.shape) if keepdim or i not in dims]
+
+
+class LogsumexpParams(OpParams):
+    op_name = "logsumexp"
+    inputs = ("x",)
+    outputs = ("out",)
+
+    def __init__(self, x: torch.Tensor, dims: tuple[int, ...], keepdim: bool = False, out: torch.Tensor | None = None):
+        self.x, self.dims, self.keepdim, self.out = x, dims, keepdim, out
+
+    def cache_key(self):
+        return (tensor_key(self.x), self.dims, self.keepdim, tensor_key(self.out))
+
+    def signature(self) -> str:
+        dest = "new" if self.out is None else tensor_signature(self.out)
+        return f"x={tensor_signature(self.x)} dim={list(self.dims)} keepdim={self.keepdim} out={dest} {self.x.device.type}"
+
+    def new_outputs(self):
+        x = self.x
+        return {"out": torch.empty(reduced_shape(x, self.dims, self.keepdim), dtype=x.dtype, device=x.device)}
+
+    def spec(self):
+        return with_arguments(super().spec(), dim=list(self.dims), keepdim=self.keepdim)
+
+
+class LogsumexpBackwardParams(OpParams):
+    """``dy`` and ``lse`` have the forward output's shape; ``x`` the input's; ``out`` is dx."""
+
+    op_name = "logsumexp_backward"
+    inputs = ("dy", "x", "lse")
+    outputs = ("out",)
+
+    def __init__(self, dy, x, lse, dims: tuple[int, ...], keepdim: bool = False, out=None):
+        self.dy, self.x, self.lse, self.dims, self.keepdim, self.out = dy, x, lse, dims, keepdim, out
+
+    def cache_key(self):
+        return (tensor_key(self.dy), tensor_key(self.x), tensor_key(self.lse), self.dims, self.keepdim,
+                tensor_key(self.out))
+
+    def signature(self) -> str:
+        return (f"dy={tensor_signature(self.dy)} x={tensor_signature(self.x)} lse={tensor_signature(self.lse)} "
+                f"dim={list(self.dims)} keepdim={self.keepdim} {self.x.device.type}")
+
+    def new_outputs(self):
+        return {"out": torch.empty_like(self.x, memory_format=torch.contiguous_format)}
+
+    def spec(self):
+        return with_arguments(super().spec(), dim=list(self.dims), keepdim=self.keepdim)
+
+
+# -- forward --------------------------------------------------------------------------------------
+def torch_logsumexp(p: LogsumexpParams) -> torch.Tensor:
+    """PyTorch's composite."""
+    if p.out is None:
+        return torch.logsumexp(p.x, p.dims, p.keepdim)
+    return torch.logsumexp(p.x, p.dims, p.keepdim, out=p.out)
+
+
+def make_params(x: torch.Tensor, dim, keepdim: bool = False) -> LogsumexpParams:
+    check_float_tensor("logsumexp", x)
+    return LogsumexpParams(x, normalize_dims(dim, x.dim()), bool(keepdim))
+
+
+def make_example(shape, dtype=torch.float32, device="cpu", dim=-1, keepdim=False) -> LogsumexpParams:
+    x = torch.randn(shape, dtype=dtype, device=device) * 3
+    return LogsumexpParams(x, normalize_dims(dim, x.dim()), keepdim)
+
+
+logsumexp_op = register(TunableOp("logsumexp", LogsumexpParams, make_params=make_params, make_example=make_example))
+logsumexp_op.add(torch_logsumexp, default=True)
+for _dtype, _suffix in ((torch.float32, "f32"), (torch.float16, "f16"), (torch.bfloat16, "bf16")):
+    for _layout, _tpr in (("rows8", 8), ("warp", 32), ("block", 256)):
+        for _vec in ((1,) if _layout == "rows8" else (1, 16 // torch.empty(0, dtype=_dtype).element_size())):
+            _name = f"logsumexp_{_layout}_{_suffix}" + ("_vec" if _vec > 1 else "")
+            logsumexp_op.add(CudaRows("logsumexp.cu", _name, _dtype, vec=_vec, threads_per_row=_tpr))
+for _block, _warps in TRITON_CONFIGS:
+    logsumexp_op.add(TritonRows(f"logsumexp_triton_b{_block}_w{_warps}", "logsumexp_rows_kernel",
+                                block=_block, num_warps=_warps))
+
+
+# -- backward -------------------------------------------------------------------------------------
+def _unsqueezed(t: torch.Tensor, dims, keepdim: bool) -> torch.Tensor:
+    if not keepdim:
+        for d in dims:
+            t = t.unsqueeze(d)
+    return t
+
+
+def torch_logsumexp_backward(p: LogsumexpBackwardParams) -> torch.Tensor:
+    """``dy * exp(x - lse)`` with torch ops (what autograd runs for torch.logsumexp)."""
+    dx = _unsqueezed(p.dy, p.dims, p.keepdim) * torch.exp(p.x - _unsqueezed(p.lse, p.dims, p.keepdim))
+    if p.out is None:
+        return dx
+    return p.out.copy_(dx)
+
+
+def make_backward_example(shape, dtype=torch.float32, device="cpu", dim=-1, keepdim=False) -> LogsumexpBackwardParams:
+    fwd = make_example(shape, dtype, device, dim, keepdim)
+    lse = torch.logsumexp(fwd.x, fwd.dims, keepdim)
+    return LogsumexpBackwardParams(torch.randn_like(lse), fwd.x, lse, fwd.dims, keepdim)
+
+
+logsumexp_backward_op = register(TunableOp("logsumexp_backward", LogsumexpBackwardParams,
+                                           make_example=make_backward_example))
+logsumexp_backward_op.add(torch_logsumexp_backward, default=True)
+for _block, _warps in TRITON_CONFIGS:
+    logsumexp_backward_op.add(TritonRows(f"logsumexp_backward_triton_b{_block}_w{_warps}",
+                                         "logsumexp_backward_rows_kernel", inputs=("dy", "x", "lse"),
+                                         block=_block, num_warps=_warps))
+
+
+# -- public functions -----------------------------------------------------------------------------
+class LogsumexpFunction(torch.autograd.Function):
+    """Autograd for :func:`logsumexp`: the tuned forward, the tuned fused backward."""
+
+    @staticmethod
+    def forward(ctx, x, dims, keepdim):
+        lse = _logsumexp_call(LogsumexpParams(x, dims, keepdim))
+        ctx.save_for_backward(x, lse)
+        ctx.dims, ctx.keepdim = dims, keepdim
+        return lse
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, lse = ctx.saved_tensors
+        return logsumexp_backward(dy, x, lse, ctx.dims, ctx.keepdim), None, None
+
+
+def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
+    """``log(sum(exp(x), dim))`` computed stably, as ``torch.logsumexp``, by the fastest correct
+    candidate. Integer inputs and invalid dims go to torch itself (its promotion, its errors)."""
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+        return torch.logsumexp(x, dim, keepdim)
+    try:
+        dims = normalize_dims(dim, x.dim())
+    except (ValueError, TypeError):
+        return torch.logsumexp(x, dim, keepdim)
+    if x.requires_grad and torch.is_grad_enabled():
+        return LogsumexpFunction.apply(x, dims, bool(keepdim))
+    return _logsumexp_call(LogsumexpParams(x, dims, bool(keepdim)))
+
+
+def logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
+    """The gradient of :func:`logsumexp`: ``dy * exp(x - lse)`` broadcast over the reduced dims.
+    When the result must itself be differentiable (double backward), torch ops run."""
+    dims = normalize_dims(dim, x.dim())
+    p = LogsumexpBackwardParams(dy, x, lse, dims, bool(keepdim))
+    if torch.is_grad_enabled() and (dy.requires_grad or x.requires_grad or lse.requires_grad):
+        return torch_logsumexp_backward(p)
+    return _logsumexp_backward_call(p)
+
+
+_logsumexp_call = logsumexp_op.call
+_logsumexp_backward_call = logsumexp_backward_op.call
