@@ -54,11 +54,16 @@ class CudaRows(Candidate):
     ``threads_per_row`` threads per row (rows per 256-thread block = 256 / threads_per_row) and
     ``vec`` elements per load (rows must then start on 16-byte boundaries)."""
 
+    #: elements one thread may sum: past ~2^13 terms an fp32 running sum starts to absorb small
+    #: terms (measured: a warp per row of 16M elements was rejected by the numerical check)
+    MAX_PER_THREAD = 2**13
+
     def __init__(self, filename: str, name: str, dtype: torch.dtype, *, vec: int, threads_per_row: int):
         self.name = name
         self.dtype = dtype
         self.vec = vec
         self.rows_per_block = BLOCK // threads_per_row
+        self.max_cols = threads_per_row * self.MAX_PER_THREAD
         self.kernel = nvrtc.kernel(filename, name)
 
     def supports(self, p) -> str | None:
@@ -70,6 +75,8 @@ class CudaRows(Candidate):
         view = rows_and_cols(p)
         if isinstance(view, str):
             return view
+        if view[1] > self.max_cols:
+            return f"rows longer than {self.max_cols} (fp32 sums of more than {self.MAX_PER_THREAD} terms per thread)"
         if self.vec > 1 and (x.data_ptr() % 16 or view[1] % self.vec):
             return f"rows must start 16-byte aligned (cols a multiple of {self.vec}, x aligned)"
         return nvrtc.available()
