@@ -19,24 +19,9 @@
 //   walked grid-stride, so the host may launch one block per tile or a persistent grid.
 // VEC * sizeof(T) is the width of one access; the host checks pointer alignment for it.
 // (inlined into each .cu by tunekit.backends.nvrtc.source, so no include guard is needed)
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "convert.cuh"
 
 namespace tunekit {
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
 
 // The inputs of one call: NIN pointers of the same length n, and the output.
 template <typename T, int NIN>

@@ -12,28 +12,17 @@
 // rescale factor of a -inf partial max is 0, never exp(-inf - -inf) = NaN.
 // Math in fp32 for every storage type (expf/logf: the row sum can hold a million terms).
 // VEC elements per load (16 bytes for the _vec forms: the host checks alignment and cols % VEC).
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "convert.cuh"
 
 namespace {
+
+using tunekit::from_float;
+using tunekit::Pack;
+using tunekit::to_float;
 
 // NVRTC has no <math.h> macros
 #define TUNEKIT_INF __int_as_float(0x7f800000)
 #define TUNEKIT_NAN __int_as_float(0x7fffffff)
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
 
 // A running (max, sum of exp(x - max), NaN seen) triple.
 struct Partial {
