@@ -97,11 +97,10 @@ def candidate_cases(forms, shapes=SHAPES):
 
 def layout_cases(forms):
     """pytest params (form, candidate name, dtype, device) without shapes."""
-    seen, out = set(), []
+    out = []
     for p in candidate_cases(forms, shapes=[(7,)]):
         form, name, dtype, device, _ = p.values
         out.append(pytest.param(form, name, dtype, device, marks=p.marks, id=p.id.removesuffix("-(7,)")))
-        seen.add(p.id)
     return out
 
 

@@ -157,7 +157,7 @@ namespace tunekit {
 // rounding, so the stored results are those of the accurate forms up to a last-bit tie.
 // The hardware's approximate exp2 and reciprocal (one MUFU instruction each), flushing denormals:
 // the CUDA intrinsics __expf / __fdividef wrap the same instructions in range fix-ups for denormal
-// fp32 values, which no 16-bit result can hold (measured: a third of GELU(erf)'s instructions).
+// fp32 values, which no 16-bit result can hold (measured: 22% of the fp16 GELU(erf) kernel's instructions, 432 -> 336).
 // Special values: exp2(+inf) = inf, exp2(-inf) = 0, rcp(inf) = 0, rcp(0) = inf, NaN stays NaN.
 __device__ __forceinline__ float fast_exp2(float v) {
   float r;
