@@ -8,7 +8,8 @@ import torch
 
 import tunekit
 from elementwise_checks import DTYPES, triton_on_cpu
-from tunekit.ops._rows import CudaRows, TritonRows
+from tunekit.ops._rows import CudaRows
+from tunekit.ops._triton_rows import TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
 from tunekit.tunable import results_store
 from tunekit.tunable.numerics import compare, tolerance

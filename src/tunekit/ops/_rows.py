@@ -9,22 +9,46 @@ The other layouts (other dims, tuples of dims, strided views) run the default.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import importlib
-import os
-from pathlib import Path
+import math
 
 import torch
 
 from ..backends import nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
-__all__ = ["rows_and_cols", "CudaRows", "TritonRows"]
+__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BLOCK = 256
 BLOCKS_PER_SM = 2048 // BLOCK
+
+
+def reduction_view(p) -> tuple[int, int, int] | str:
+    """``p.x`` seen as a contiguous (outer, R, inner) array reduced over R, or why it cannot be.
+
+    Applies to a contiguous float32/float16/bfloat16 input reduced over one dimension or over a run
+    of adjacent dimensions (``(1, 2)`` of a 4-D tensor), with a non-empty reduction and at least one
+    result, writing a new output or a contiguous one of the input's dtype. The last dimension gives
+    inner = 1 (rows); dim 0 of a 2-D tensor gives outer = 1 (columns).
+    """
+    x, dims = p.x, p.dims
+    if x.dtype not in DTYPES:
+        return "float32, float16 or bfloat16 only"
+    if x.dim() == 0:
+        return "needs at least one dimension"
+    if dims != tuple(range(dims[0], dims[-1] + 1)):
+        return "reduces adjacent dimensions only"
+    if not x.is_contiguous():
+        return "needs a contiguous input"
+    shape = x.shape
+    outer, reduced, inner = (math.prod(shape[:dims[0]]), math.prod(shape[dims[0]:dims[-1] + 1]),
+                             math.prod(shape[dims[-1] + 1:]))
+    if reduced == 0 or outer * inner == 0:
+        return "needs a non-empty reduction and a non-empty result"
+    if p.out is not None and (not p.out.is_contiguous() or p.out.dtype != x.dtype):
+        return "needs a contiguous output of the input's dtype"
+    return outer, reduced, inner
 
 
 def rows_and_cols(p) -> tuple[int, int] | str:
@@ -92,54 +116,3 @@ class CudaRows(Candidate):
 
     def source_hash(self) -> str:
         return hash_source(self.kernel.source_hash(), self.name, self.vec, self.rows_per_block, BLOCK)
-
-
-class TritonRows(Candidate):
-    """A Triton kernel of ``tunekit.kernels.triton.logsumexp`` launched with one program per row.
-    ``inputs`` names the params' tensors passed before the output (``x``; ``dy, x, lse`` for the
-    gradient); ``output`` names the output field, allocated by ``p.new_outputs()`` when None."""
-
-    MODULE = "tunekit.kernels.triton.logsumexp"
-
-    def __init__(self, name: str, kernel: str, *, inputs=("x",), block: int = 1024, num_warps: int = 4):
-        self.name, self.kernel_name, self.inputs = name, kernel, tuple(inputs)
-        self.block, self.num_warps = block, num_warps
-
-    @functools.cached_property
-    def _kernel(self):
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return None
-        return getattr(importlib.import_module(self.MODULE), self.kernel_name)
-
-    def supports(self, p) -> str | None:
-        x = p.x
-        if x.device.type != "cuda" and not (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
-            return "needs a CUDA device"
-        view = rows_and_cols(p)
-        if isinstance(view, str):
-            return view
-        for name in self.inputs:
-            t = getattr(p, name)
-            if t.dtype != x.dtype or not t.is_contiguous() or t.device != x.device:
-                return "needs contiguous tensors of one dtype on one device"
-        if self._kernel is None:
-            return "needs triton (pip install 'tunekit[triton]')"
-        if x.device.type == "cpu" and type(self._kernel).__name__ != "InterpretedFunction":
-            return "Triton kernels were compiled for the GPU (TRITON_INTERPRET=1 set after they loaded)"
-        return None
-
-    def run(self, p):
-        x = p.x
-        out = p.out if p.out is not None else p.new_outputs()["out"]
-        rows, cols = x.numel() // x.shape[-1], x.shape[-1]
-        tensors = [getattr(p, name) for name in self.inputs]
-        with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
-            self._kernel[(rows,)](*tensors, out, cols, BLOCK=self.block, num_warps=self.num_warps)
-        return out
-
-    def source_hash(self) -> str:
-        text = (Path(__file__).parent.parent / "kernels" / "triton" / "logsumexp.py").read_text()
-        return hash_source(text, Path(__file__).read_text(), self.kernel_name, self.block, self.num_warps)
-

@@ -22,7 +22,8 @@ import torch
 
 from ._arguments import check_float_tensor
 from ._elementwise import with_arguments
-from ._rows import CudaRows, TritonRows
+from ._rows import CudaRows
+from ._triton_rows import TritonRows
 from ..tunable.params import OpParams, tensor_key, tensor_signature
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
