@@ -8,37 +8,39 @@ import torch
 
 import tunekit
 from elementwise_checks import DTYPES, triton_on_cpu
-from tunekit.ops._rows import CudaRows
+from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaRows, CudaRowsBackward,
+                               split_chunk)
 from tunekit.ops._triton_rows import TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
 from tunekit.tunable import results_store
 from tunekit.tunable.numerics import compare, tolerance
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-#: (rows, cols) and one 3-D shape, reduced over the last dim; the row lengths the issue names
-SHAPES = [(3, 1), (5, 31), (4, 33), (3, 1000), (2, 1025), (2, 4097), (2, 3, 33), (7,), (6, 200), (3, 4096)]
-LARGE = [(2, 2**20 + 1), (4099, 64), (3, 2**18)]
+#: (shape, dims): rows (the last dim; the row lengths the issue names), trailing dims, columns
+CASES = [((3, 1), (1,)), ((5, 31), (1,)), ((4, 33), (1,)), ((3, 1000), (1,)), ((2, 1025), (1,)), ((2, 4097), (1,)),
+         ((2, 3, 33), (2,)), ((7,), (0,)), ((6, 200), (1,)), ((3, 4096), (1,)), ((3, 4, 40), (1, 2)),
+         ((37, 5), (0,)), ((33, 64), (0,)), ((3, 50, 7), (1,)), ((2, 3, 4, 8), (1, 2)), ((4, 6, 8), (0,))]
+LARGE = [((2, 2**20 + 1), (1,)), ((4099, 64), (1,)), ((3, 2**18), (1,)), ((4, 40000), (1,)), ((2, 3 * 2**16), (1,)),
+         ((3000, 40), (0,)), ((3, 20000, 24), (1,)), ((2**18 + 3, 2), (0,))]
 INTERPRETER_MAX_ELEMENTS = 20000
 
 
-def cases(op, shapes):
+def cases(op, layouts):
     out = []
     for c in op.candidates:
         dtype = getattr(c, "dtype", None)
         runs = ([(d, "cpu") for d in DTYPES] if dtype is None else []) + \
                [(d, "cuda") for d in ([dtype] if dtype else DTYPES)]
         for d, device in runs:
-            for shape in shapes:
-                if isinstance(c, CudaRows) and (shape[-1] % c.vec or shape[-1] > c.max_cols):
-                    continue  # declined by design (tested in test_cuda_forms_decline_...)
+            for shape, dims in layouts:
                 triton_cpu = device == "cpu" and isinstance(c, TritonRows)
                 if triton_cpu and math.prod(shape) > INTERPRETER_MAX_ELEMENTS:
                     continue
                 marks = [pytest.mark.gpu] if device == "cuda" else []
                 if triton_cpu and triton_on_cpu():
                     marks.append(pytest.mark.skip(reason=triton_on_cpu()))
-                out.append(pytest.param(c.name, d, device, shape, marks=marks,
-                                        id=f"{c.name}-{str(d).removeprefix('torch.')}-{device}-{shape}"))
+                out.append(pytest.param(c.name, d, device, shape, dims, marks=marks,
+                                        id=f"{c.name}-{str(d).removeprefix('torch.')}-{device}-{shape}-{dims}"))
     return out
 
 
@@ -62,55 +64,95 @@ def last(x):
     return (x.dim() - 1,)
 
 
-@pytest.mark.parametrize("name, dtype, device, shape", cases(logsumexp_op, SHAPES + LARGE))
-def test_every_candidate_matches_float64(name, dtype, device, shape):
+def supported_or_skip(c, p):
+    """Run only where the candidate takes the layout; test_every_candidate_is_exercised checks that
+    each one takes some of the cases, so a skip here cannot hide a candidate entirely."""
+    why = c.supports(p)
+    if why is not None:
+        pytest.skip(f"{c.name}: {why}")
+
+
+@pytest.mark.parametrize("name, dtype, device, shape, dims", cases(logsumexp_op, CASES + LARGE))
+def test_every_candidate_matches_float64(name, dtype, device, shape, dims):
     c = logsumexp_op.candidate(name)
     x = fresh(shape, dtype, device)
+    supported_or_skip(c, LogsumexpParams(x, dims))
     for keepdim in (False, True):
-        p = LogsumexpParams(x, last(x), keepdim)
+        p = LogsumexpParams(x, dims, keepdim)
         out = torch.full(p.new_outputs()["out"].shape, float("nan"), dtype=dtype, device=device)
-        p = LogsumexpParams(x, last(x), keepdim, out)
+        p = LogsumexpParams(x, dims, keepdim, out)
         assert c.supports(p) is None, c.supports(p)
         assert c.run(p).data_ptr() == out.data_ptr()
-        close(out, torch.logsumexp(x.double(), -1, keepdim), dtype, x)
-    close(c.run(LogsumexpParams(x, last(x))), torch.logsumexp(x.double(), -1), dtype, x)
+        close(out, torch.logsumexp(x.double(), dims, keepdim), dtype, x)
+    close(c.run(LogsumexpParams(x, dims)), torch.logsumexp(x.double(), dims), dtype, x)
 
 
-@pytest.mark.parametrize("name, dtype, device, shape", cases(logsumexp_op, [(6, 40)]))
-def test_every_candidate_on_special_values(name, dtype, device, shape):
-    c = logsumexp_op.candidate(name)
+def special_rows(rows, cols, dtype, device):
+    """Rows of special values: +inf, all -inf, NaN, NaN with +inf, huge magnitudes, -inf mixed in."""
     huge = 6e4 if dtype == torch.float16 else 1e4
-    x = fresh(shape, torch.float32, device)
+    x = fresh((rows, cols), torch.float32, device)
     x[0, 3] = float("inf")                     # +inf wins
     x[1] = -float("inf")                       # a row of -inf
     x[2, 5] = float("nan")                     # NaN propagates
-    x[3, 7], x[3, 9] = float("nan"), float("inf")  # NaN beats +inf
-    x[4] = torch.linspace(-huge, huge, shape[1])   # huge magnitudes
+    x[3, 7], x[3, cols - 2] = float("nan"), float("inf")  # NaN beats +inf
+    x[4] = torch.linspace(-huge, huge, cols)   # huge magnitudes
     x[5, ::2] = -float("inf")                  # -inf mixed with finite values
-    x = x.to(dtype)
-    p = LogsumexpParams(x, (1,), False, torch.full((shape[0],), float("nan"), dtype=dtype, device=device))
-    assert c.supports(p) is None
-    close(c.run(p), torch.logsumexp(x.double(), 1), dtype)
+    x[6, 0], x[6, cols - 1] = float("inf"), float("inf")
+    x[7] = float("nan")                        # a row of NaN
+    return x.to(dtype)
 
 
-@pytest.mark.parametrize("name, dtype, device, shape", cases(logsumexp_backward_op, [(5, 31), (2, 4097), (2, 3, 33)]))
-def test_every_backward_candidate_matches_float64(name, dtype, device, shape):
+@pytest.mark.parametrize("name, dtype, device, shape, dims",
+                         cases(logsumexp_op, [((8, 40), (1,)), ((40, 8), (0,)), ((8, 20000), (1,)), ((9000, 8), (0,))]))
+def test_every_candidate_on_special_values(name, dtype, device, shape, dims):
+    c = logsumexp_op.candidate(name)
+    rows = special_rows(8, shape[1] if dims == (1,) else shape[0], dtype, device)
+    x = rows if dims == (1,) else rows.t().contiguous()
+    p = LogsumexpParams(x, dims, False, torch.full((8,), float("nan"), dtype=dtype, device=device))
+    supported_or_skip(c, p)
+    close(c.run(p), torch.logsumexp(x.double(), dims), dtype)
+
+
+def backward_expected(dy, x, lse, dims, keepdim):
+    if not keepdim:
+        for d in dims:
+            dy, lse = dy.unsqueeze(d), lse.unsqueeze(d)
+    return dy.double() * torch.exp(x.double() - lse.double())
+
+
+@pytest.mark.parametrize("name, dtype, device, shape, dims", cases(logsumexp_backward_op, [
+    ((5, 31), (1,)), ((2, 4097), (1,)), ((2, 3, 33), (2,)), ((37, 5), (0,)), ((3, 50, 8), (1,)),
+    ((2, 3, 4, 8), (1, 2)), ((4, 2**18 + 8), (1,)), ((3000, 40), (0,))]))
+def test_every_backward_candidate_matches_float64(name, dtype, device, shape, dims):
     c = logsumexp_backward_op.candidate(name)
     x = fresh(shape, dtype, device)
-    lse = torch.logsumexp(x.float(), -1).to(dtype)
-    dy = fresh(lse.shape, dtype, device, 1.0)
-    out = torch.full_like(x, float("nan"))
-    p = LogsumexpBackwardParams(dy, x, lse, last(x), False, out)
-    assert c.supports(p) is None, c.supports(p)
-    c.run(p)
-    expected = dy.double().unsqueeze(-1) * torch.exp(x.double() - lse.double().unsqueeze(-1))
-    close(out, expected, dtype)
+    for keepdim in (False, True):
+        lse = torch.logsumexp(x.float(), dims, keepdim).to(dtype)
+        dy = fresh(lse.shape, dtype, device, 1.0)
+        out = torch.full_like(x, float("nan"))
+        p = LogsumexpBackwardParams(dy, x, lse, dims, keepdim, out)
+        supported_or_skip(c, p)
+        assert c.run(p).data_ptr() == out.data_ptr()
+        close(out, backward_expected(dy, x, lse, dims, keepdim), dtype)
+
+
+@pytest.mark.gpu
+def test_every_candidate_is_exercised(cuda):
+    """Each candidate takes at least one of the test layouts (so the skips above hide none)."""
+    for op, make in ((logsumexp_op, lambda x, dims: LogsumexpParams(x, dims)),
+                     (logsumexp_backward_op, lambda x, dims: LogsumexpBackwardParams(
+                         *(lambda lse: (lse, x, lse))(torch.logsumexp(x, dims)), dims))):
+        for c in op.candidates:
+            dtypes = [c.dtype] if getattr(c, "dtype", None) else DTYPES
+            taken = [(shape, dims) for d in dtypes for shape, dims in CASES + LARGE
+                     if c.supports(make(fresh(shape, d, cuda), dims)) is None]
+            assert taken, f"{c.name} takes none of the test layouts"
 
 
 def test_layouts_the_kernels_cannot_take_are_declined_with_reasons():
     x = torch.randn(8, 64)
     reasons = {
-        "reduces the last dimension only": LogsumexpParams(x, (0,)),
+        "adjacent": LogsumexpParams(torch.randn(3, 4, 5), (0, 2)),
         "contiguous": LogsumexpParams(x.t(), (1,)),
         "non-empty": LogsumexpParams(torch.randn(4, 0), (1,)),
         "float32, float16 or bfloat16": LogsumexpParams(x.double(), (1,)),
@@ -190,10 +232,27 @@ def test_more_than_2_to_the_31_elements(cuda):
     x[1, -3:] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16, device=cuda)  # past element 2^31
     x[0, :4] = torch.tensor([0.5, 1.5, -2.0, 0.0], dtype=torch.float16, device=cuda)
     expected = torch.stack([torch.logsumexp(x[0, :4].double(), 0), torch.logsumexp(x[1, -3:].double(), 0)])
-    for name in ("logsumexp_block_f16_vec", "logsumexp_warp_f16", "logsumexp_triton_b4096_w8"):
+    names = ["logsumexp_block_f16_vec", "logsumexp_warp_f16", "logsumexp_block_split_f16_vec"]
+    names += [c.name for c in logsumexp_op.candidates if isinstance(c, TritonRows)]
+    for name in names:
         out = torch.full((rows,), float("nan"), dtype=torch.float16, device=cuda)
-        logsumexp_op.candidate(name).run(LogsumexpParams(x, (1,), False, out))
-        close(out, expected, torch.float16)
+        p = LogsumexpParams(x, (1,), False, out)
+        if logsumexp_op.candidate(name).supports(p) is None:
+            logsumexp_op.candidate(name).run(p)
+            close(out, expected, torch.float16)
+    del x
+    # columns: dim 0 of (2^16 + 1, 2^15), the last row past element 2^31
+    x = torch.full((2**16 + 1, 2**15), -float("inf"), dtype=torch.float16, device=cuda)
+    x[-1, :3] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16, device=cuda)
+    x[0, 0] = 0.5
+    expected = torch.full((2**15,), -float("inf"), dtype=torch.float64, device=cuda)
+    expected[:3] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, device=cuda)
+    expected[0] = torch.logsumexp(torch.tensor([0.5, 1.0], dtype=torch.float64), 0)
+    for c in logsumexp_op.candidates:
+        p = LogsumexpParams(x, (0,), False, torch.full((2**15,), float("nan"), dtype=torch.float16, device=cuda))
+        if c is not logsumexp_op.default and c.supports(p) is None:
+            c.run(p)
+            close(p.out, expected, torch.float16)
 
 
 def test_cuda_forms_decline_unaligned_rows_and_rows_too_long_for_one_thread_sum():
@@ -215,4 +274,16 @@ def test_cuda_forms_decline_on_the_gpu(cuda):
 
 def test_candidate_families_are_registered():
     kinds = {type(c) for c in logsumexp_op.candidates}
-    assert CudaRows in kinds and TritonRows in kinds
+    assert {CudaRows, CudaColumns} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
+    backward = {type(c) for c in logsumexp_backward_op.candidates}
+    assert {CudaRowsBackward, CudaColumnsBackward} <= backward
+
+
+@pytest.mark.parametrize("length, parallel, threads, tile", [(2**24, 4, 256, 2048), (4096, 1, 8, 64), (64, 1024, 8, 64),
+                                                             (2**30 + 8, 2, 256, 1024), (1, 1, 32, 128)])
+def test_split_chunk_fills_the_gpu_keeps_sums_short_and_covers_the_length(length, parallel, threads, tile):
+    chunk, splits = split_chunk(length, parallel, 132, threads=threads, tile=tile)
+    assert chunk % tile == 0 and (splits - 1) * chunk < length <= splits * chunk
+    assert chunk <= max(tile, threads * MAX_TERMS)
+    if length >= 132 * 8 * tile:
+        assert parallel * splits >= 0.75 * 132 * 8 or chunk == tile  # chunks round up to whole tiles

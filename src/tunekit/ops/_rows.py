@@ -1,10 +1,19 @@
-"""Candidates of a row reduction (logsumexp): kernels that see a contiguous input as (rows, cols)
-and reduce the last dimension, one result per row.
+"""Layouts of a reduction (logsumexp) and its CUDA C candidates (``kernels/cuda/logsumexp*.cu``).
 
-``rows_and_cols(p)`` says whether params fit that view: a contiguous float32/float16/bfloat16
-input of at least one dimension, reduced over its last dimension only, with at least one row and
-one column (an empty reduction is the default's: -inf everywhere), and a contiguous output.
-The other layouts (other dims, tuples of dims, strided views) run the default.
+A contiguous input reduced over one dimension or a run of adjacent ones is an (outer, R, inner)
+array reduced over R (:func:`reduction_view`): inner = 1 is *rows* (the last dimension), inner > 1
+is *columns* (dim 0 of a matrix), read in place. :func:`rows_and_cols` is the last-dim-only view.
+Anything else (strided views, non-adjacent dims, empty reductions: -inf) runs the default.
+
+Work split (host side, per call, from the sizes and the SM count):
+- rows: items of (BLOCK / TPR rows, a chunk of columns), walked grid-stride. The forward splits a
+  row only in the ``*_split`` candidates, whose partial (max, sum) pairs a second kernel
+  (``logsumexp_combine_*``) merges; the gradient needs no merge, so it always splits when rows are
+  too few to fill the GPU.
+- columns: blocks of (32 x VEC columns, one outer index, a chunk of R), partials merged by the
+  same combine kernel when R is split.
+A thread never sums more than ``MAX_TERMS`` terms (an fp32 running sum starts to absorb small
+terms past ~2^13: measured, a warp per row of 16M elements failed the numerical check).
 """
 
 from __future__ import annotations
@@ -17,11 +26,16 @@ import torch
 from ..backends import nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
-__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows"]
+__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaColumns", "CudaRowsBackward",
+           "CudaColumnsBackward"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BLOCK = 256
 BLOCKS_PER_SM = 2048 // BLOCK
+#: columns kernels: threads along inner x along R (kernels/cuda/logsumexp*.cu)
+IX, RY = 32, BLOCK // 32
+MAX_TERMS = 2**13
+SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 def reduction_view(p) -> tuple[int, int, int] | str:
@@ -73,22 +87,40 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-class CudaRows(Candidate):
-    """``kernel(const T* x, T* out, long long rows, long long cols)`` from ``filename``, with
-    ``threads_per_row`` threads per row (rows per 256-thread block = 256 / threads_per_row) and
-    ``vec`` elements per load (rows must then start on 16-byte boundaries)."""
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
 
-    #: elements one thread may sum: past ~2^13 terms an fp32 running sum starts to absorb small
-    #: terms (measured: a warp per row of 16M elements was rejected by the numerical check)
-    MAX_PER_THREAD = 2**13
 
-    def __init__(self, filename: str, name: str, dtype: torch.dtype, *, vec: int, threads_per_row: int):
-        self.name = name
-        self.dtype = dtype
-        self.vec = vec
-        self.rows_per_block = BLOCK // threads_per_row
-        self.max_cols = threads_per_row * self.MAX_PER_THREAD
-        self.kernel = nvrtc.kernel(filename, name)
+def split_chunk(length: int, parallel: int, sms: int, *, threads: int, tile: int, min_tiles: int = 1) -> tuple[int, int]:
+    """(chunk, splits) cutting ``length`` so ``parallel`` x splits work items give every SM about
+    BLOCKS_PER_SM blocks, yet each chunk holds at least ``min_tiles`` whole ``tile``s (a block's
+    fixed costs, and the partials a split writes, stay small next to its reads) and no thread sums
+    more than MAX_TERMS terms (``threads`` threads share a chunk). Chunks are whole tiles, so vector
+    loads stay aligned."""
+    want = min(_ceil(sms * BLOCKS_PER_SM, parallel), max(1, length // (tile * min_tiles)))
+    need = _ceil(length, threads * MAX_TERMS)
+    splits = max(1, min(max(want, need), _ceil(length, tile)))
+    chunk = _ceil(_ceil(length, splits), tile) * tile
+    return chunk, _ceil(length, chunk)
+
+
+def _combine_grid(n: int, sms: int) -> int:
+    """Blocks of the combine kernel: a warp per result, grid-stride past a few waves."""
+    return min(_ceil(n, BLOCK // 32), sms * BLOCKS_PER_SM * 4)
+
+
+class _CudaReduction(Candidate):
+    """Checks shared by the CUDA C candidates: device, dtype, layout, vector alignment, NVRTC."""
+
+    inputs = ("x",)
+
+    def __init__(self, name: str, filename: str, kernel: str, dtype: torch.dtype, *, vec: int, unroll: int):
+        self.name, self.dtype, self.vec, self.unroll = name, dtype, vec, unroll
+        self.kernel = nvrtc.kernel(filename, kernel)
+        self.combine = nvrtc.kernel("logsumexp.cu", f"logsumexp_combine_{SUFFIX[dtype]}")
+
+    def layout(self, outer: int, R: int, inner: int) -> str | None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def supports(self, p) -> str | None:
         x = p.x
@@ -96,23 +128,170 @@ class CudaRows(Candidate):
             return "needs a CUDA device"
         if x.dtype != self.dtype:
             return f"{str(self.dtype).removeprefix('torch.')} only"
-        view = rows_and_cols(p)
+        view = reduction_view(p)
         if isinstance(view, str):
             return view
-        if view[1] > self.max_cols:
-            return f"rows longer than {self.max_cols} (fp32 sums of more than {self.MAX_PER_THREAD} terms per thread)"
-        if self.vec > 1 and (x.data_ptr() % 16 or view[1] % self.vec):
-            return f"rows must start 16-byte aligned (cols a multiple of {self.vec}, x aligned)"
+        why = self.layout(*view)
+        if why:
+            return why
+        for name in self.inputs:
+            t = getattr(p, name)
+            if t.dtype != x.dtype or not t.is_contiguous() or t.device != x.device:
+                return "needs contiguous tensors of one dtype on one device"
+            if name != "x" and t.numel() != view[0] * view[2]:
+                return f"{name} must hold one value per result"
+            if self.vec > 1 and t.data_ptr() % 16:
+                return "needs 16-byte aligned tensors (vector loads)"
         return nvrtc.available()
+
+    def source_hash(self) -> str:
+        return hash_source(self.kernel.source_hash(), self.name, self.kernel.name, self.vec, self.unroll, BLOCK, IX)
+
+
+class CudaRows(_CudaReduction):
+    """Rows (inner = 1), ``threads_per_row`` threads each; ``split`` cuts rows into chunks merged by
+    a second kernel (few long rows), otherwise rows longer than threads x MAX_TERMS are declined."""
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, threads_per_row: int, unroll: int,
+                 split: bool = False, kernel: str | None = None):
+        super().__init__(name, "logsumexp.cu", kernel or name, dtype, vec=vec, unroll=unroll)
+        self.threads_per_row, self.split = threads_per_row, split
+        self.rows_per_block = BLOCK // threads_per_row
+        self.max_cols = None if split else threads_per_row * MAX_TERMS
+
+    def layout(self, outer, R, inner):
+        if inner != 1:
+            return "reduces the last dimension(s) only"
+        if self.max_cols is not None and R > self.max_cols:
+            return f"rows longer than {self.max_cols} (fp32 sums of more than {MAX_TERMS} terms per thread)"
+        if self.vec > 1 and R % self.vec:
+            return f"rows must start 16-byte aligned (cols a multiple of {self.vec})"
+        return None
 
     def run(self, p):
         x = p.x
         out = p.out if p.out is not None else p.new_outputs()["out"]
-        rows, cols = x.numel() // x.shape[-1], x.shape[-1]
+        cols = reduction_view(p)[1]
+        rows = x.numel() // cols
         index = x.get_device()
-        grid = min((rows + self.rows_per_block - 1) // self.rows_per_block, _sm_count(index) * BLOCKS_PER_SM * 4)
-        self.kernel.launch(index, grid, BLOCK, x, out, rows, cols)
+        sms = _sm_count(index)
+        groups = _ceil(rows, self.rows_per_block)
+        chunk, splits = cols, 1
+        if self.split:
+            chunk, splits = split_chunk(cols, groups, sms, threads=self.threads_per_row,
+                                        tile=self.threads_per_row * self.vec * self.unroll)
+        grid = min(groups * splits, sms * BLOCKS_PER_SM * 4)
+        if splits == 1:
+            self.kernel.launch(index, grid, BLOCK, x, out, 0, rows, cols, chunk, 1)
+            return out
+        partials = torch.empty((splits, rows, 2), dtype=torch.float32, device=x.device)
+        self.kernel.launch(index, grid, BLOCK, x, out, partials, rows, cols, chunk, splits)
+        self.combine.launch(index, _combine_grid(rows, sms), BLOCK, partials, out, rows, splits)
         return out
 
-    def source_hash(self) -> str:
-        return hash_source(self.kernel.source_hash(), self.name, self.vec, self.rows_per_block, BLOCK)
+
+class CudaColumns(_CudaReduction):
+    """Columns (inner > 1), read in place: 32 threads along inner (``vec`` columns each) by 8 along R
+    per block; R is cut into chunks (merged by the combine kernel) when columns are too few."""
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, unroll: int):
+        super().__init__(name, "logsumexp.cu", name, dtype, vec=vec, unroll=unroll)
+
+    def layout(self, outer, R, inner):
+        if inner == 1:
+            return "reduces a dimension other than the last"
+        if self.vec > 1 and inner % self.vec:
+            return f"the inner size must be a multiple of {self.vec} (vector loads)"
+        if outer * _ceil(inner, IX * self.vec) > 2**30:
+            return "too many columns for one launch"
+        return None
+
+    def run(self, p):
+        x = p.x
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        outer, R, inner = reduction_view(p)
+        index = x.get_device()
+        blocks = _ceil(inner, IX * self.vec) * outer
+        chunk, splits = split_chunk(R, blocks, _sm_count(index), threads=RY, tile=RY * self.unroll, min_tiles=4)
+        partials = 0 if splits == 1 else torch.empty((splits, outer * inner, 2), dtype=torch.float32, device=x.device)
+        self.kernel.launch(index, blocks * splits, BLOCK, x, out, partials, outer, R, inner, chunk, splits)
+        if splits > 1:
+            self.combine.launch(index, _combine_grid(outer * inner, _sm_count(index)), BLOCK, partials, out,
+                                outer * inner, splits)
+        return out
+
+
+class CudaRowsBackward(CudaRows):
+    """``dx = dy * exp(x - lse)`` over rows, ``threads_per_row`` threads each; rows are cut into
+    chunks whenever they are too few to fill the GPU (no merge needed)."""
+
+    inputs = ("dy", "x", "lse")
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, threads_per_row: int, unroll: int):
+        _CudaReduction.__init__(self, name, "logsumexp_backward.cu", name, dtype, vec=vec, unroll=unroll)
+        self.threads_per_row, self.split, self.max_cols = threads_per_row, True, None
+        self.rows_per_block = BLOCK // threads_per_row
+
+    def run(self, p):
+        x = p.x
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        cols = reduction_view(p)[1]
+        rows = x.numel() // cols
+        index = x.get_device()
+        sms = _sm_count(index)
+        groups = _ceil(rows, self.rows_per_block)
+        chunk, splits = split_chunk(cols, groups, sms, threads=self.threads_per_row,
+                                    tile=self.threads_per_row * self.vec * self.unroll)
+        grid = min(groups * splits, sms * BLOCKS_PER_SM * 4)
+        self.kernel.launch(index, grid, BLOCK, p.dy, x, p.lse, out, rows, cols, chunk, splits)
+        return out
+
+
+class CudaColumnsBackward(CudaColumns):
+    """``dx = dy * exp(x - lse)`` over columns, in the forward's block layout."""
+
+    inputs = ("dy", "x", "lse")
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, unroll: int):
+        _CudaReduction.__init__(self, name, "logsumexp_backward.cu", name, dtype, vec=vec, unroll=unroll)
+
+    def run(self, p):
+        x = p.x
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        outer, R, inner = reduction_view(p)
+        index = x.get_device()
+        blocks = _ceil(inner, IX * self.vec) * outer
+        chunk, splits = split_chunk(R, blocks, _sm_count(index), threads=RY, tile=RY * self.unroll, min_tiles=4)
+        self.kernel.launch(index, blocks * splits, BLOCK, p.dy, x, p.lse, out, outer, R, inner, chunk, splits)
+        return out
+
+
+def cuda_candidates() -> list[_CudaReduction]:
+    """The forward candidates, per dtype: rows (8, 32, 256 threads per row; scalar and 16-byte
+    loads), split rows (a block per chunk), columns (scalar and 16-byte loads)."""
+    out: list[_CudaReduction] = []
+    for dtype, sfx in SUFFIX.items():
+        vec = 16 // torch.empty(0, dtype=dtype).element_size()
+        for layout, tpr, unroll, unroll_vec in (("rows8", 8, 4, 2), ("warp", 32, 8, 4), ("block", 256, 8, 4)):
+            out.append(CudaRows(f"logsumexp_{layout}_{sfx}", dtype, vec=1, threads_per_row=tpr, unroll=unroll))
+            out.append(CudaRows(f"logsumexp_{layout}_{sfx}_vec", dtype, vec=vec, threads_per_row=tpr, unroll=unroll_vec))
+        for v, unroll, tail in ((1, 8, ""), (vec, 4, "_vec")):
+            out.append(CudaRows(f"logsumexp_block_split_{sfx}{tail}", dtype, vec=v, threads_per_row=256, unroll=unroll,
+                                split=True, kernel=f"logsumexp_block_{sfx}{tail}"))
+            out.append(CudaColumns(f"logsumexp_columns_{sfx}{tail}", dtype, vec=v, unroll=unroll))
+    return out
+
+
+def cuda_backward_candidates() -> list[_CudaReduction]:
+    """The gradient's candidates, per dtype: rows (8, 32 threads per row scalar; 32, 256 with 16-byte
+    loads), columns (scalar and 16-byte loads)."""
+    out: list[_CudaReduction] = []
+    for dtype, sfx in SUFFIX.items():
+        vec = 16 // torch.empty(0, dtype=dtype).element_size()
+        for layout, tpr, v, unroll in (("rows8", 8, 1, 4), ("warp", 32, 1, 8), ("warp", 32, vec, 4), ("block", 256, vec, 4)):
+            tail = "_vec" if v > 1 else ""
+            out.append(CudaRowsBackward(f"logsumexp_backward_{layout}_{sfx}{tail}", dtype, vec=v, threads_per_row=tpr,
+                                        unroll=unroll))
+        for v, unroll, tail in ((1, 8, ""), (vec, 4, "_vec")):
+            out.append(CudaColumnsBackward(f"logsumexp_backward_columns_{sfx}{tail}", dtype, vec=v, unroll=unroll))
+    return out

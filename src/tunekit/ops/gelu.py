@@ -38,40 +38,38 @@ _aten_gelu_backward = torch.ops.aten.gelu_backward.default
 _aten_gelu_backward_out = torch.ops.aten.gelu_backward.grad_input
 
 
-class GeluParams(UnaryParams):
+class _Approximate:
+    """What both gelu ops add to their params: the ``approximate`` argument ("none" or "tanh"),
+    part of the cache key, the signature and the spec."""
+
+    __slots__ = ()
+
+    def cache_key(self):
+        return (super().cache_key(), self.approximate)
+
+    def signature(self) -> str:
+        return f"{super().signature()} approximate={self.approximate}"
+
+    def spec(self):
+        return with_arguments(super().spec(), approximate=self.approximate)
+
+
+class GeluParams(_Approximate, UnaryParams):
     op_name = "gelu"
     __slots__ = ("approximate",)
 
     def __init__(self, x: torch.Tensor, approximate: str = "none", out: torch.Tensor | None = None):
-        super().__init__(x, out)
+        UnaryParams.__init__(self, x, out)
         self.approximate = approximate
 
-    def cache_key(self):
-        return (UnaryParams.cache_key(self), self.approximate)
 
-    def signature(self) -> str:
-        return f"{UnaryParams.signature(self)} approximate={self.approximate}"
-
-    def spec(self):
-        return with_arguments(super().spec(), approximate=self.approximate)
-
-
-class GeluBackwardParams(GradParams):
+class GeluBackwardParams(_Approximate, GradParams):
     op_name = "gelu_backward"
     __slots__ = ("approximate",)
 
     def __init__(self, dy: torch.Tensor, x: torch.Tensor, approximate: str = "none", out: torch.Tensor | None = None):
-        super().__init__(dy, x, out)
+        GradParams.__init__(self, dy, x, out)
         self.approximate = approximate
-
-    def cache_key(self):
-        return (GradParams.cache_key(self), self.approximate)
-
-    def signature(self) -> str:
-        return f"{GradParams.signature(self)} approximate={self.approximate}"
-
-    def spec(self):
-        return with_arguments(super().spec(), approximate=self.approximate)
 
 
 #: float32 absolute tolerance of both gelu ops. PyTorch's own fp32 kernels are this far from float64:

@@ -1,17 +1,20 @@
 """logsumexp as ``torch.logsumexp(x, dim, keepdim)``, fused into one pass per row, and its gradient.
 
 ``torch.logsumexp`` is a composite (amax, subtract, exp, sum, log, add: several kernels and a
-full-size temporary); the candidates here read each row once.
+full-size temporary); the candidates here read the input once. Layouts: see ``_rows.py`` (a
+contiguous input reduced over adjacent dims is (outer, R, inner); rows: inner = 1; columns: > 1).
 
 ``logsumexp``
 - ``torch_logsumexp`` (default): runs any input (every dim, tuples of dims, strides, dtypes).
-- ``logsumexp_<layout>_<dtype>[_vec]``: CUDA C (``kernels/cuda/logsumexp.cu``), last dimension of
-  a contiguous input: ``rows8`` (8 threads per row, 32 rows per block: rows of 64 and fewer),
-  ``warp`` (a warp per row), ``block`` (256 threads per row); ``_vec`` loads 16 bytes at a time.
-- ``logsumexp_triton_b<BLOCK>_w<warps>``: Triton, one program per row.
+- CUDA C (``kernels/cuda/logsumexp.cu``), ``_vec``: 16-byte loads:
+  ``logsumexp_{rows8,warp,block}_<dtype>[_vec]`` (8 threads per row for rows of 64 and fewer, a
+  warp, a block per row), ``logsumexp_block_split_<dtype>[_vec]`` (several blocks per row, then a
+  combine pass: 4 x 16M), ``logsumexp_columns_<dtype>[_vec]`` (reduce a non-last dim in place).
+- Triton (``kernels/triton/logsumexp.py``): ``logsumexp_triton_*``.
 
-``logsumexp_backward`` (``dx = dy * exp(x - lse)``): ``torch_logsumexp_backward`` (default) and
-Triton, one pass over x.
+``logsumexp_backward`` (``dx = dy * exp(x - lse)``, one pass over x): ``torch_logsumexp_backward``
+(default, torch's composite), CUDA C ``logsumexp_backward_{rows8,warp,block,columns}_<dtype>[_vec]``
+(``kernels/cuda/logsumexp_backward.cu``) and Triton.
 
 Autograd: :func:`logsumexp` on a tensor that requires grad records :class:`LogsumexpFunction`.
 """
@@ -22,17 +25,14 @@ import torch
 
 from ._arguments import check_float_tensor
 from ._elementwise import with_arguments
-from ._rows import CudaRows
-from ._triton_rows import TritonRows
+from ._rows import cuda_backward_candidates, cuda_candidates
+from ._triton_rows import triton_logsumexp_backward_candidates, triton_logsumexp_candidates
 from ..tunable.params import OpParams, tensor_key, tensor_signature
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
 
 __all__ = ["LogsumexpParams", "LogsumexpBackwardParams", "LogsumexpFunction", "logsumexp", "logsumexp_backward",
            "logsumexp_op", "logsumexp_backward_op"]
-
-TRITON_CONFIGS = [(1024, 4), (4096, 8)]
-
 
 def normalize_dims(dim, ndim: int) -> tuple[int, ...]:
     """``dim`` (an int or a sequence) as sorted non-negative dims; ValueError as torch would refuse."""
@@ -122,14 +122,10 @@ def make_example(shape, dtype=torch.float32, device="cpu", dim=-1, keepdim=False
 
 logsumexp_op = register(TunableOp("logsumexp", LogsumexpParams, make_params=make_params, make_example=make_example))
 logsumexp_op.add(torch_logsumexp, default=True)
-for _dtype, _suffix in ((torch.float32, "f32"), (torch.float16, "f16"), (torch.bfloat16, "bf16")):
-    for _layout, _tpr in (("rows8", 8), ("warp", 32), ("block", 256)):
-        for _vec in ((1,) if _layout == "rows8" else (1, 16 // torch.empty(0, dtype=_dtype).element_size())):
-            _name = f"logsumexp_{_layout}_{_suffix}" + ("_vec" if _vec > 1 else "")
-            logsumexp_op.add(CudaRows("logsumexp.cu", _name, _dtype, vec=_vec, threads_per_row=_tpr))
-for _block, _warps in TRITON_CONFIGS:
-    logsumexp_op.add(TritonRows(f"logsumexp_triton_b{_block}_w{_warps}", "logsumexp_rows_kernel",
-                                block=_block, num_warps=_warps))
+for _c in cuda_candidates():
+    logsumexp_op.add(_c)
+for _c in triton_logsumexp_candidates():
+    logsumexp_op.add(_c)
 
 
 # -- backward -------------------------------------------------------------------------------------
@@ -141,11 +137,18 @@ def _unsqueezed(t: torch.Tensor, dims, keepdim: bool) -> torch.Tensor:
 
 
 def torch_logsumexp_backward(p: LogsumexpBackwardParams) -> torch.Tensor:
-    """``dy * exp(x - lse)`` with torch ops (what autograd runs for torch.logsumexp)."""
-    dx = _unsqueezed(p.dy, p.dims, p.keepdim) * torch.exp(p.x - _unsqueezed(p.lse, p.dims, p.keepdim))
+    """``dy * exp(x - lse)`` with torch ops (autograd's formula for torch.logsumexp), in float32 for
+    16-bit inputs: in bfloat16, ``x - lse`` alone rounds by up to 3% of the gradient (lse ~ 10),
+    and this result is the reference every other candidate is checked against. Writes ``out``
+    in place when given (tuning times it so, and no extra copy should count against it)."""
+    dy, lse, x = _unsqueezed(p.dy, p.dims, p.keepdim), _unsqueezed(p.lse, p.dims, p.keepdim), p.x
+    if x.dtype in (torch.float16, torch.bfloat16):
+        dx = torch.exp(x.float() - lse.float()).mul_(dy.float())
+        return dx.to(x.dtype) if p.out is None else p.out.copy_(dx)
     if p.out is None:
-        return dx
-    return p.out.copy_(dx)
+        return dy * torch.exp(x - lse)
+    torch.sub(x, lse, out=p.out)
+    return p.out.exp_().mul_(dy)
 
 
 def make_backward_example(shape, dtype=torch.float32, device="cpu", dim=-1, keepdim=False) -> LogsumexpBackwardParams:
@@ -157,10 +160,10 @@ def make_backward_example(shape, dtype=torch.float32, device="cpu", dim=-1, keep
 logsumexp_backward_op = register(TunableOp("logsumexp_backward", LogsumexpBackwardParams,
                                            make_example=make_backward_example))
 logsumexp_backward_op.add(torch_logsumexp_backward, default=True)
-for _block, _warps in TRITON_CONFIGS:
-    logsumexp_backward_op.add(TritonRows(f"logsumexp_backward_triton_b{_block}_w{_warps}",
-                                         "logsumexp_backward_rows_kernel", inputs=("dy", "x", "lse"),
-                                         block=_block, num_warps=_warps))
+for _c in cuda_backward_candidates():
+    logsumexp_backward_op.add(_c)
+for _c in triton_logsumexp_backward_candidates():
+    logsumexp_backward_op.add(_c)
 
 
 # -- public functions -----------------------------------------------------------------------------
@@ -177,6 +180,8 @@ class LogsumexpFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, lse = ctx.saved_tensors
+        # autograd often hands an expanded gradient (from .sum()); one value per result is small
+        dy = dy.contiguous()
         return logsumexp_backward(dy, x, lse, ctx.dims, ctx.keepdim), None, None
 
 

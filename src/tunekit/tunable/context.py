@@ -44,7 +44,8 @@ class TuningSettings:
     margin: float = 0.03
     #: After the probe, drop candidates slower than ``prune_ratio`` x the fastest probe.
     prune_ratio: float = 1.5
-    #: On CUDA, time candidates over CUDA-graph replays (less launch noise, slower to set up).
+    #: On CUDA, time candidates over CUDA-graph replays (a capture per candidate) instead of eager
+    #: launches queued behind a spin kernel; both give device time, not the host's launch rate.
     cuda_graph: bool = False
 
     def __post_init__(self):

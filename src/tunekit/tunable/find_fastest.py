@@ -16,6 +16,18 @@ compilation (a candidate's first run), numerical checks, probes and timed runs:
    measured once, in an order rotated from round to round, so drift hits all alike (the seed's
    "noisy machine" question); as many rounds as the remaining budget allows, at least
    ``MIN_ROUNDS``. The median of the rounds is the candidate's time.
+
+   What a measurement is, on CUDA: the device time of the candidate's kernels run back to back.
+   By default they are launched eagerly behind a spin kernel that holds the stream until the host
+   has enqueued them all (:class:`~tunekit.tunable.timing.CudaQueuedTimer`, the "blocking kernel"
+   of nvbench), so launch cost and host jitter stay out of the number. Plain events around eager
+   launches measure the host's launch rate whenever a kernel is shorter than its launch (4 MB
+   elementwise ops: 1-2 us on the device, 5-7 us to launch), which ranked candidates by launch
+   cost and picked one 3% slower on an H200 (part of the seed's "noisy timings" question).
+   ``cuda_graph`` measures the same device time over graph replays, at the cost of a capture per
+   candidate. Left out: host launch cost, which can differ between backends (a Triton launch may
+   cost more host time than a torch one); it is what a host-bound eager caller waits on, but inside a
+   CUDA graph, or whenever the GPU is behind the host, device time is what the caller gets.
 4. Choice: the fastest, except that the default keeps its place unless the challenger is faster by
    more than ``margin``: a tuned op is never slower than an untuned one by more than noise.
 
@@ -199,6 +211,8 @@ def _time_candidates(survivors, base, params, settings, budget, timer, clock, re
         timer = make_timer(params.device, graph=False, clock=clock)
         measures = {c.name: timer.prepare(runner(c), reps) for c in timed}
     samples = {c.name: [] for c in timed}
+    # A round costs at least its measured time; on CUDA its wall time is larger (the host enqueue,
+    # the spin of a queued timer), so after a round its own wall time is the estimate.
     round_ms = sum(probe[c.name] for c in timed) * n_sets * reps + 1e-3
     rounds = 0
     while rounds < MAX_ROUNDS:
@@ -207,8 +221,10 @@ def _time_candidates(survivors, base, params, settings, budget, timer, clock, re
         if rounds < MIN_ROUNDS and budget.left_ms() <= 0:
             break
         shift = rounds % len(timed)
+        started = budget.spent_ms()
         for c in timed[shift:] + timed[:shift]:
             samples[c.name].append(measures[c.name]())
+        round_ms = max(round_ms, budget.spent_ms() - started)
         rounds += 1
     # per call: a measurement is one pass over all input sets
     times = {name: statistics.median(s) / n_sets if s else probe[name] for name, s in samples.items()}

@@ -1,9 +1,16 @@
 """Timers: how long one run of a callable takes on a device.
 
 - CPU: a host clock (``time.perf_counter`` unless a test injects a fake one) around the runs.
-- CUDA: events recorded on the current stream around the runs (device time, no host sync in
-  between), or around the replay of a CUDA graph of the runs (``graph=True``), which takes the
-  host's launch cost out of the number.
+- CUDA, eager launches (the default): :class:`CudaQueuedTimer`, nvbench's "blocking kernel". A spin
+  kernel (``torch.cuda._sleep``) is enqueued first and holds the stream while the host enqueues the
+  start event, every timed run and the end event; when it ends, the GPU runs them back to back, so
+  the interval between the events is device time only. Plain events around eager launches
+  (:class:`CudaEventTimer`, ``queued=False``) measure the host's launch rate whenever a kernel takes
+  less device time than its launch takes host time: for 4 MB elementwise kernels (1-2 us on the
+  device, 5-7 us to launch) they ranked candidates by launch cost and picked one 3% slower on the
+  device (H200).
+- CUDA, ``graph=True``: events around the replay of a CUDA graph of the runs (:class:`CudaGraphTimer`):
+  also device time only, at the price of one capture per candidate.
 
 A ``Timer`` measures ``fn`` repeated ``reps`` times and returns milliseconds per repetition.
 Rotation over several input sets (cold L2) is the caller's ``fn``: see ``find_fastest``.
@@ -12,11 +19,14 @@ Rotation over several input sets (cold L2) is the caller's ``fn``: see ``find_fa
 from __future__ import annotations
 
 import time
-from typing import Callable
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 import torch
 
-__all__ = ["Timer", "CpuTimer", "CudaEventTimer", "CudaGraphTimer", "make_timer", "l2_cache_bytes"]
+__all__ = ["Timer", "CpuTimer", "CudaEventTimer", "CudaQueuedTimer", "CudaGraphTimer", "SpinSizer",
+           "queued_measure", "sleep_cycles_per_ms", "make_timer", "l2_cache_bytes"]
 
 
 class Timer:
@@ -46,7 +56,8 @@ class CpuTimer(Timer):
 
 
 class CudaEventTimer(Timer):
-    """Device time between two events on the current stream."""
+    """Time between two events on the current stream around eager launches: device time only when
+    the GPU outruns the host; for kernels shorter than their launch, the host's launch rate."""
 
     target_ms = 0.05
 
@@ -63,6 +74,228 @@ class CudaEventTimer(Timer):
         self.end.record(stream)
         self.end.synchronize()
         return self.start.elapsed_time(self.end) / reps
+
+
+# -- queued (blocking-kernel) timing ---------------------------------------------------------------
+#: the spin lasts this many times the host time the previous enqueue of the callable took, plus
+#: SPIN_MARGIN_MS (the end event's record and the validity query come after the runs)
+SPIN_FACTOR = 1.5
+SPIN_MARGIN_MS = 0.02
+#: the spin before anything is known about the callable's host cost: ~100 launches at 10 us
+FIRST_SPIN_MS = 1.0
+#: a slow-to-enqueue callable must not make the GPU idle-spin for long (the budget is 50 ms)
+MAX_SPIN_MS = 20.0
+#: measurements of one call to ``measure``: the first and at most this many minus one re-measurements
+MAX_ATTEMPTS = 3
+#: an invalid measurement doubles the spin of the callable's next ones, up to this many times
+MAX_BOOST = 16.0
+
+
+@dataclass
+class SpinSizer:
+    """How long the spin before one callable's next measurement must last (pure: no CUDA).
+
+    The spin must outlast the host's enqueue of the timed runs. The predictor is the host time a
+    covered (valid) enqueue of the same callable took, per repetition. Before the callable has one:
+    ``prior_ms_per_rep`` (the timer's largest per-rep host time of a valid measurement so far:
+    candidates of one op launch alike) or else ``first_ms``; the first measurement's enqueue time,
+    covered or not, then replaces that guess.
+
+    A measurement the spin did not cover (the GPU reached the start event before the host had
+    enqueued the end event) doubles ``boost``, the spin's multiplier, rather than sizing from its
+    enqueue time: one host hiccup (a GC pause) would otherwise make the next spins as long as the
+    hiccup. Covered measurements let ``boost`` decay towards 1, so a systematic shortfall (the SM
+    clock above its calibration) costs a re-measurement now and then, not long spins for good.
+
+    Two uncovered measurements in a row whose enqueue outlasted the spin asked for mean the host
+    waits for the device (a callable that synchronises, or more launches than the launch queue
+    holds: the host blocks until the spin ends): a longer spin cannot help, so the sizer is
+    ``blocked``: from then on a token spin (``margin_ms``: the measurement costs what plain events
+    would), no re-measurements, measurements flagged, until one is covered again.
+    """
+
+    factor: float = SPIN_FACTOR
+    margin_ms: float = SPIN_MARGIN_MS
+    first_ms: float = FIRST_SPIN_MS
+    cap_ms: float = MAX_SPIN_MS
+    host_ms_per_rep: float | None = None
+    boost: float = 1.0
+    suspect: bool = False  # the last measurement was uncovered and its enqueue outlasted the spin
+    blocked: bool = False
+
+    def spin_ms(self, reps: int, prior_ms_per_rep: float | None = None) -> float:
+        if self.blocked:
+            return self.margin_ms
+        per_rep = self.host_ms_per_rep if self.host_ms_per_rep is not None else prior_ms_per_rep
+        want = self.first_ms if per_rep is None else self.factor * per_rep * reps + self.margin_ms
+        return min(self.cap_ms, want * self.boost)
+
+    def record(self, enqueue_ms: float, reps: int, spin_ms: float, valid: bool) -> bool:
+        """Learn from one measurement; True when it was invalid and a re-measurement can do better
+        (not when blocked, nor when the spin was already at the cap: a longer one is not allowed)."""
+        per_rep = enqueue_ms / max(1, reps)
+        if valid:
+            self.host_ms_per_rep = per_rep
+            self.boost = max(1.0, self.boost * 0.8)
+            self.suspect = self.blocked = False
+            return False
+        outlasted = enqueue_ms >= 0.8 * spin_ms
+        if outlasted and self.suspect:
+            self.blocked, self.suspect, self.boost = True, False, 1.0
+        if self.blocked:
+            return False
+        self.suspect = outlasted
+        if self.host_ms_per_rep is None:
+            self.host_ms_per_rep = per_rep  # the first real number replaces the guess
+        else:
+            self.boost = min(MAX_BOOST, self.boost * 2.0)
+        return spin_ms < self.cap_ms
+
+
+class Queue(Protocol):
+    """The device side of a queued measurement (CUDA in :class:`_CudaQueue`, fakes in tests)."""
+
+    def spin(self, ms: float) -> None: ...
+    def record_start(self) -> None: ...
+    def record_end(self) -> None: ...
+    def start_done(self) -> bool: ...
+    def elapsed_ms(self) -> float: ...  # waits for the end event
+
+
+def queued_measure(fn, reps: int, sizer: SpinSizer, queue: Queue, clock: Callable[[], float],
+                   prior_ms_per_rep: float | None = None) -> tuple[float, bool, float]:
+    """(ms per rep, valid, host enqueue ms per rep) of ``fn`` x ``reps`` behind a spin.
+
+    Valid: the spin was still running when the end event had been enqueued, so the GPU ran the
+    timed work back to back. An invalid measurement (the interval may include host gaps, as plain
+    events would) is repeated with a longer spin, up to ``MAX_ATTEMPTS`` measurements; the last one
+    is returned, flagged, if none was valid.
+    """
+    for attempt in range(MAX_ATTEMPTS):
+        spin = sizer.spin_ms(reps, prior_ms_per_rep)
+        queue.spin(spin)
+        t0 = clock()
+        queue.record_start()
+        for _ in range(reps):
+            fn()
+        queue.record_end()
+        valid = not queue.start_done()
+        enqueue_ms = (clock() - t0) * 1e3
+        retry = sizer.record(enqueue_ms, reps, spin, valid)
+        ms = queue.elapsed_ms()
+        if valid or not retry or attempt == MAX_ATTEMPTS - 1:
+            return ms / reps, valid, enqueue_ms / reps
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_CYCLES_PER_MS: dict[int, float] = {}
+
+
+def sleep_cycles_per_ms(device: torch.device) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device``, measured once, cached.
+
+    Three 400k-cycle spins (0.2-0.4 ms each), each timed with events behind a short spin of its
+    own (so launch latency is not in the interval); the largest rate is kept: the spin's cycles run
+    at the SM clock, and the fastest clock seen gives the shortest spin per cycle, so a spin sized
+    with it lasts at least as long as asked unless the clock rises further (the validity check
+    catches that).
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    rate = _CYCLES_PER_MS.get(index)
+    if rate is not None:
+        return rate
+    cycles = 400_000
+    with torch.cuda.device(index):
+        stream = torch.cuda.current_stream()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)  # loads the kernel
+        rates = []
+        for _ in range(3):
+            torch.cuda._sleep(100_000)
+            start.record(stream)
+            torch.cuda._sleep(cycles)
+            end.record(stream)
+            end.synchronize()
+            ms = start.elapsed_time(end)
+            if ms > 0:
+                rates.append(cycles / ms)
+    rate = max(rates) if rates else 2.0e6  # 2 GHz: long spins rather than short ones
+    _CYCLES_PER_MS[index] = rate
+    return rate
+
+
+class _CudaQueue:
+    """Spin kernel and events on the device's current stream."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.cycles_per_ms = sleep_cycles_per_ms(device)
+
+    def spin(self, ms):
+        with torch.cuda.device(self.device):
+            torch.cuda._sleep(max(1, int(ms * self.cycles_per_ms)))
+
+    def record_start(self):
+        self.start.record(torch.cuda.current_stream(self.device))
+
+    def record_end(self):
+        self.end.record(torch.cuda.current_stream(self.device))
+
+    def start_done(self):
+        return self.start.query()
+
+    def elapsed_ms(self):
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end)
+
+
+class CudaQueuedTimer(Timer):
+    """Device time of eager launches run back to back: the blocking-kernel method (module docstring).
+
+    One :class:`SpinSizer` per prepared measurement, and per callable given to ``measure`` (held
+    weakly). A measurement's wall time is about max(spin, enqueue) + device time: the spin overlaps
+    the host's enqueue instead of adding to it. ``measurements``, ``invalid`` (measurements returned
+    without a covering spin) and ``last_valid`` say how it went.
+    """
+
+    target_ms = 0.05
+
+    def __init__(self, device: torch.device, *, queue: Queue | None = None,
+                 clock: Callable[[], float] = time.perf_counter, sizer: Callable[[], SpinSizer] = SpinSizer):
+        self.device = device
+        self.queue = queue if queue is not None else _CudaQueue(device)
+        self.clock = clock
+        self.new_sizer = sizer
+        self._sizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.prior_ms_per_rep: float | None = None
+        self.measurements = 0
+        self.invalid = 0
+        self.last_valid = True
+
+    def _measure(self, fn, reps, sizer):
+        ms, valid, host = queued_measure(fn, reps, sizer, self.queue, self.clock, self.prior_ms_per_rep)
+        if valid:  # an uncovered enqueue may have waited for the device: not a host cost
+            self.prior_ms_per_rep = max(host, self.prior_ms_per_rep or 0.0)
+        self.measurements += 1
+        self.invalid += not valid
+        self.last_valid = valid
+        return ms
+
+    def measure(self, fn, reps=1):
+        try:
+            sizer = self._sizers.get(fn)
+            if sizer is None:
+                sizer = self._sizers[fn] = self.new_sizer()
+        except TypeError:  # not weak-referenceable: no history
+            sizer = self.new_sizer()
+        return self._measure(fn, reps, sizer)
+
+    def prepare(self, fn, reps):
+        sizer = self.new_sizer()
+        return lambda: self._measure(fn, reps, sizer)
 
 
 class CudaGraphTimer(CudaEventTimer):
@@ -86,9 +319,18 @@ class CudaGraphTimer(CudaEventTimer):
         return measure_replay
 
 
-def make_timer(device: torch.device, *, graph: bool = False, clock: Callable[[], float] = time.perf_counter) -> Timer:
+def make_timer(device: torch.device, *, graph: bool = False, queued: bool = True,
+               clock: Callable[[], float] = time.perf_counter) -> Timer:
+    """The timer for ``device``. CUDA: graph replays with ``graph``; else device time of eager
+    launches behind a spin (``queued``, the default) or plain events around them (``queued=False``:
+    host-bound for short kernels, what a caller's eager loop experiences). ``clock`` is the CPU
+    timer's; CUDA timers use the real host clock."""
     if device.type == "cuda":
-        return CudaGraphTimer(device) if graph else CudaEventTimer(device)
+        if graph:
+            return CudaGraphTimer(device)
+        if queued and hasattr(torch.cuda, "_sleep"):
+            return CudaQueuedTimer(device)
+        return CudaEventTimer(device)
     return CpuTimer(clock)
 
 

@@ -20,6 +20,7 @@
 // VEC * sizeof(T) is the width of one access; the host checks pointer alignment for it.
 // (inlined into each .cu by tunekit.backends.nvrtc.source, so no include guard is needed)
 #include "convert.cuh"
+#include "fastmath.cuh"
 
 namespace tunekit {
 
@@ -155,20 +156,6 @@ namespace tunekit {
 // measured on an H200, fp16 GELU(erf) reached 70-78% of copy bandwidth and fp32 GELU 98%. These
 // approximations err by ~1e-6 relative, hundreds of times below fp16's (4.9e-4) and bf16's (3.9e-3)
 // rounding, so the stored results are those of the accurate forms up to a last-bit tie.
-// The hardware's approximate exp2 and reciprocal (one MUFU instruction each), flushing denormals:
-// the CUDA intrinsics __expf / __fdividef wrap the same instructions in range fix-ups for denormal
-// fp32 values, which no 16-bit result can hold (measured: 22% of the fp16 GELU(erf) kernel's instructions, 432 -> 336).
-// Special values: exp2(+inf) = inf, exp2(-inf) = 0, rcp(inf) = 0, rcp(0) = inf, NaN stays NaN.
-__device__ __forceinline__ float fast_exp2(float v) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-}
-__device__ __forceinline__ float fast_rcp(float v) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-}
 __device__ __forceinline__ float fast_exp(float v) { return fast_exp2(v * 1.44269504088896340736f); }
 
 // sigmoid(+inf) = 1, sigmoid(-inf) = rcp(inf) = 0, NaN stays NaN.

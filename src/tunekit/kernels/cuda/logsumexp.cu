@@ -1,21 +1,31 @@
-// logsumexp over the last dimension of a contiguous (rows, cols) array, one pass per row:
-// lse = m + log(sum(exp(x - m))), with m the row's max, computed online (each thread keeps a running
-// max and a sum rescaled whenever the max grows), so the row is read once and no temporary is
-// written (the seed's design, 000_; torch.logsumexp runs amax, subtract, exp, sum, log, add).
+// logsumexp of a contiguous array seen as (outer, R, inner), reduced over R, in one read of the
+// input: lse = m + log(sum(exp(x - m))) with m the max, kept online (the seed's design, 000_;
+// torch.logsumexp runs amax, subtract, exp, sum, log, add).
 //
-// Groups of TPR threads own a row: TPR = 8 (four rows per warp, for rows of 64 and fewer), 32 (a
-// warp per row) or 256 (a block per row). Partial (max, sum) pairs merge with warp shuffles, then
-// across warps through shared memory. Rows are walked grid-stride.
+// Layouts (each its own candidate; the host picks the launch):
+// - rows (inner = 1): TPR threads own a row: 8 (rows of 64 and fewer), 32 (a warp), 256 (a block).
+//   With splits > 1 a row is cut into chunks, each block writes a partial (m, s) and
+//   logsumexp_combine merges them: few very long rows (4 x 16M) then still fill every SM.
+// - columns (inner > 1, e.g. dim 0 of a matrix): a block is 32 threads along inner (VEC adjacent
+//   columns each, so a warp reads one contiguous run) by 8 along R; the 8 partials of a column
+//   merge in shared memory. The input is read in place, never transposed. splits > 1 cuts R, and
+//   logsumexp_combine (a warp per result) merges the chunks' partials.
 //
-// Semantics as torch.logsumexp: a NaN anywhere in the row gives NaN; otherwise a +inf gives +inf;
-// a row of only -inf gives -inf. fmaxf ignores NaN, so NaN is tracked by its own flag, and the
-// rescale factor of a -inf partial max is 0, never exp(-inf - -inf) = NaN.
-// Math in fp32 for every storage type (expf/logf: the row sum can hold a million terms).
-// VEC elements per load (16 bytes for the _vec forms: the host checks alignment and cols % VEC).
+// Speed: each thread loads UNROLL packs of VEC elements before using any (bytes in flight), takes
+// their max first, then rescales its sum once per tile and adds independent exp2 terms: one MUFU
+// per element and no dependent rescale chain per element.
+//
+// Semantics as torch.logsumexp, with no per-element test: fmaxf ignores NaN, so a NaN reaches the
+// sum (exp2(NaN) = NaN) and poisons it; a max of +inf switches a partial to "infinite" mode, where
+// s only remembers whether a NaN was seen (0 or NaN); a max of -inf shifts by 0, so exp2(-inf) = 0.
+// Results: NaN if any NaN, else +inf if any +inf, -inf for only -inf (0 + log(0)).
+// Math in fp32 for every storage type; 64-bit offsets.
 #include "convert.cuh"
+#include "fastmath.cuh"
 
 namespace {
 
+using tunekit::fast_exp2;
 using tunekit::from_float;
 using tunekit::Pack;
 using tunekit::to_float;
@@ -23,43 +33,54 @@ using tunekit::to_float;
 // NVRTC has no <math.h> macros
 #define TUNEKIT_INF __int_as_float(0x7f800000)
 #define TUNEKIT_NAN __int_as_float(0x7fffffff)
+constexpr float LOG2E = 1.44269504088896340736f;
+constexpr int BLOCK = 256;
 
-// A running (max, sum of exp(x - max), NaN seen) triple.
+// (m, s): m the largest value seen (-inf if none but -inf), s = sum of exp(x - shift(m)); NaN in s
+// if a NaN was seen. While m = +inf, s is 0 or NaN.
 struct Partial {
   float m;
   float s;
-  bool nan;
 };
 
-__device__ __forceinline__ float rescale(float from, float to) {
-  return from == -TUNEKIT_INF ? 0.0f : expf(from - to);
-}
+__device__ __forceinline__ float shift_of(float m) { return m == -TUNEKIT_INF ? 0.0f : m; }
 
-__device__ __forceinline__ void add(Partial& p, float x) {
-  if (x != x) {
-    p.nan = true;
+__device__ __forceinline__ float scaled_exp(float x, float shift) { return fast_exp2((x - shift) * LOG2E); }
+
+// Fold N values into p: one rescale for all N.
+template <int N>
+__device__ __forceinline__ void fold(Partial& p, const float (&v)[N]) {
+  float tile_max = v[0];
+#pragma unroll
+  for (int k = 1; k < N; ++k) tile_max = fmaxf(tile_max, v[k]);
+  const float m = fmaxf(p.m, tile_max);
+  if (m == TUNEKIT_INF) {  // rare: keep only whether a NaN was seen (x * 0 keeps NaN, zeroes the rest)
+    float s = p.s * 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) s = v[k] != v[k] ? v[k] : s;
+    p = Partial{m, s};
     return;
   }
-  if (x > p.m) {  // a new max: rescale the sum once (one exp per element, not two)
-    p.s = p.s * rescale(p.m, x) + 1.0f;
-    p.m = x;
-  } else {  // x = -inf adds 0; with p.m = +inf the sum no longer matters (finish returns +inf)
-    p.s += rescale(x, p.m);
-  }
+  const float shift = shift_of(m);
+  float s = p.s * scaled_exp(p.m, shift);
+#pragma unroll
+  for (int k = 0; k < N; ++k) s += scaled_exp(v[k], shift);
+  p = Partial{m, s};
 }
 
 __device__ __forceinline__ Partial merge(Partial a, Partial b) {
   const float m = fmaxf(a.m, b.m);
-  return Partial{m, a.s * rescale(a.m, m) + b.s * rescale(b.m, m), a.nan || b.nan};
+  if (m == TUNEKIT_INF) return Partial{m, a.s * 0.0f + b.s * 0.0f};
+  const float shift = shift_of(m);
+  return Partial{m, a.s * scaled_exp(a.m, shift) + b.s * scaled_exp(b.m, shift)};
 }
 
 __device__ __forceinline__ float finish(Partial p) {
-  if (p.nan) return TUNEKIT_NAN;
-  if (p.m == TUNEKIT_INF || p.m == -TUNEKIT_INF) return p.m;
-  return p.m + logf(p.s);
+  if (p.m == TUNEKIT_INF) return p.s == p.s ? TUNEKIT_INF : TUNEKIT_NAN;
+  return shift_of(p.m) + logf(p.s);  // accurate log: s may hold millions of terms
 }
 
-// Merge across the TPR (<= 32) lanes of a group with shuffles; every lane ends with the result.
+// Merge across aligned groups of TPR (<= 32) lanes with shuffles; every lane ends with the result.
 template <int TPR>
 __device__ __forceinline__ Partial group_reduce(Partial p) {
 #pragma unroll
@@ -67,39 +88,68 @@ __device__ __forceinline__ Partial group_reduce(Partial p) {
     Partial o;
     o.m = __shfl_xor_sync(0xffffffffu, p.m, offset, TPR);
     o.s = __shfl_xor_sync(0xffffffffu, p.s, offset, TPR);
-    o.nan = __shfl_xor_sync(0xffffffffu, static_cast<int>(p.nan), offset, TPR) != 0;
     p = merge(p, o);
   }
   return p;
 }
 
-template <typename T, int VEC, int TPR>
-__device__ __forceinline__ void logsumexp_rows(const T* x, T* out, long long rows, long long cols) {
-  constexpr int BLOCK = 256;
-  constexpr int GROUPS = BLOCK / TPR;  // rows a block works on at once
+// A result: the finished value when the reduction is not split, else the partial for combine.
+template <typename T>
+__device__ __forceinline__ void emit(Partial p, T* out, float2* partials, long long index, long long n_out,
+                                     long long split, long long splits) {
+  if (splits == 1) {
+    out[index] = from_float<T>(finish(p));
+  } else {
+    partials[split * n_out + index] = make_float2(p.m, p.s);
+  }
+}
+
+// One thread's share of elements [c, end) of a row, stepping STEP: tiles of UNROLL packs while
+// they fit, then single packs. (end - c) is a multiple of VEC (the host checks it).
+template <typename T, int VEC, int UNROLL, long long STEP>
+__device__ __forceinline__ void fold_range(Partial& p, const T* r, long long c, long long end) {
+  for (; c + (UNROLL - 1) * STEP < end; c += UNROLL * STEP) {
+    Pack<T, VEC> pk[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) pk[u] = *reinterpret_cast<const Pack<T, VEC>*>(r + c + u * STEP);
+    float v[UNROLL * VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[u * VEC + k] = to_float(pk[u].v[k]);
+    fold(p, v);
+  }
+  for (; c < end; c += STEP) {
+    const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(r + c);
+    float v[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = to_float(pk.v[k]);
+    fold(p, v);
+  }
+}
+
+// Rows: work items are (group of BLOCK / TPR rows, chunk of `chunk` columns), walked grid-stride.
+template <typename T, int VEC, int TPR, int UNROLL>
+__device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long long n_rows, long long cols,
+                                     long long chunk, long long splits) {
+  constexpr int GROUPS = BLOCK / TPR;
   const int lane = threadIdx.x % TPR;
   const int group = threadIdx.x / TPR;
   __shared__ Partial warp_partials[BLOCK / 32];
-  // every thread of a block runs the same number of iterations (barriers inside for TPR > 32)
-  for (long long base = static_cast<long long>(blockIdx.x) * GROUPS; base < rows;
-       base += static_cast<long long>(gridDim.x) * GROUPS) {
-    const long long row = base + group;
-    Partial p{-TUNEKIT_INF, 0.0f, false};
-    if (row < rows) {
-      const T* r = x + row * cols;
-      if (VEC > 1) {
-        for (long long c = static_cast<long long>(lane) * VEC; c < cols; c += static_cast<long long>(TPR) * VEC) {
-          const Pack<T, VEC> v = *reinterpret_cast<const Pack<T, VEC>*>(r + c);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) add(p, to_float(v.v[k]));
-        }
-      } else {
-        for (long long c = lane; c < cols; c += TPR) add(p, to_float(r[c]));
-      }
+  const long long row_groups = (n_rows + GROUPS - 1) / GROUPS;
+  // every thread of a block runs the same iterations (barriers inside for TPR > 32)
+  for (long long item = blockIdx.x; item < row_groups * splits; item += gridDim.x) {
+    const long long split = item / row_groups;
+    const long long row = (item - split * row_groups) * GROUPS + group;
+    Partial p{-TUNEKIT_INF, 0.0f};
+    if (row < n_rows) {
+      const long long begin = split * chunk;
+      const long long end = begin + chunk < cols ? begin + chunk : cols;
+      fold_range<T, VEC, UNROLL, static_cast<long long>(TPR) * VEC>(p, x + row * cols, begin + lane * VEC, end);
     }
     if constexpr (TPR <= 32) {
       p = group_reduce<TPR>(p);
-      if (lane == 0 && row < rows) out[row] = from_float<T>(finish(p));
+      if (lane == 0 && row < n_rows) emit(p, out, partials, row, n_rows, split, splits);
     } else {
       p = group_reduce<32>(p);
       if (threadIdx.x % 32 == 0) warp_partials[threadIdx.x / 32] = p;
@@ -107,26 +157,119 @@ __device__ __forceinline__ void logsumexp_rows(const T* x, T* out, long long row
       if (threadIdx.x == 0) {
         Partial total = warp_partials[0];
         for (int w = 1; w < BLOCK / 32; ++w) total = merge(total, warp_partials[w]);
-        if (row < rows) out[row] = from_float<T>(finish(total));
+        if (row < n_rows) emit(total, out, partials, row, n_rows, split, splits);
       }
-      __syncthreads();  // warp_partials is reused by the next row
+      __syncthreads();  // warp_partials is reused by the next item
     }
+  }
+}
+
+// Columns: block = IX threads along inner x RY along R; grid = (inner blocks, outer, splits)
+// flattened into blockIdx.x. Thread (tx, ty) owns columns i0 .. i0 + VEC - 1 and rows r = ty,
+// ty + RY, ... of its split.
+template <typename T, int VEC, int UNROLL>
+__device__ __forceinline__ void columns(const T* x, T* out, float2* partials, long long outer, long long R,
+                                        long long inner, long long chunk, long long splits) {
+  constexpr int IX = 32;
+  constexpr int RY = BLOCK / IX;
+  __shared__ Partial shared[RY][IX * VEC];
+  const int tx = threadIdx.x % IX;
+  const int ty = threadIdx.x / IX;
+  const long long inner_blocks = (inner + IX * VEC - 1) / (IX * VEC);
+  const long long ib = blockIdx.x % inner_blocks;
+  const long long o = (blockIdx.x / inner_blocks) % outer;
+  const long long split = blockIdx.x / inner_blocks / outer;
+  const long long i0 = (ib * IX + tx) * VEC;
+  const long long r_begin = split * chunk;
+  const long long r_end = r_begin + chunk < R ? r_begin + chunk : R;
+  Partial p[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) p[k] = Partial{-TUNEKIT_INF, 0.0f};
+  if (i0 < inner) {
+    const T* base = x + o * R * inner + i0;
+    long long r = r_begin + ty;
+    for (; r + (UNROLL - 1) * RY < r_end; r += UNROLL * RY) {
+      Pack<T, VEC> pk[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) pk[u] = *reinterpret_cast<const Pack<T, VEC>*>(base + (r + u * RY) * inner);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        float v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[u] = to_float(pk[u].v[k]);
+        fold(p[k], v);
+      }
+    }
+    for (; r < r_end; r += RY) {
+      const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(base + r * inner);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float v[1] = {to_float(pk.v[k])};
+        fold(p[k], v);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) shared[ty][tx * VEC + k] = p[k];
+  __syncthreads();
+  // every thread merges the RY partials of one column (not 32 threads all VEC columns)
+  for (int c = threadIdx.x; c < IX * VEC; c += BLOCK) {
+    const long long i = ib * IX * VEC + c;
+    if (i >= inner) break;
+    Partial total = shared[0][c];
+#pragma unroll
+    for (int y = 1; y < RY; ++y) total = merge(total, shared[y][c]);
+    emit(total, out, partials, o * inner + i, outer * inner, split, splits);
+  }
+}
+
+// The second pass of a split reduction: out[j] from partials[0..splits)[j], a warp per result (its
+// lanes read the splits in parallel: a serial loop over 256 splits cost ~20 us of load latency).
+template <typename T>
+__device__ __forceinline__ void combine(const float2* partials, T* out, long long n, long long splits) {
+  const int lane = threadIdx.x % 32;
+  const long long warps = static_cast<long long>(gridDim.x) * (BLOCK / 32);
+  for (long long j = static_cast<long long>(blockIdx.x) * (BLOCK / 32) + threadIdx.x / 32; j < n; j += warps) {
+    Partial total{-TUNEKIT_INF, 0.0f};
+    for (long long k = lane; k < splits; k += 32) {
+      const float2 q = partials[k * n + j];
+      total = merge(total, Partial{q.x, q.y});
+    }
+    total = group_reduce<32>(total);
+    if (lane == 0) out[j] = from_float<T>(finish(total));
   }
 }
 
 }  // namespace
 
-#define TUNEKIT_LSE(name, T, VEC, TPR)                                                                 \
-  extern "C" __global__ void __launch_bounds__(256) name(const T* x, T* out, long long rows, long long cols) { \
-    logsumexp_rows<T, VEC, TPR>(x, out, rows, cols);                                                  \
+#define TUNEKIT_LSE_ROWS(name, T, VEC, TPR, UNROLL)                                                    \
+  extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+      name(const T* x, T* out, float2* partials, long long n_rows, long long cols, long long chunk,    \
+           long long splits) {                                                                         \
+    rows<T, VEC, TPR, UNROLL>(x, out, partials, n_rows, cols, chunk, splits);                          \
   }
 
-#define TUNEKIT_LSE_FORMS(suffix, T, VEC)                   \
-  TUNEKIT_LSE(logsumexp_rows8_##suffix, T, 1, 8)            \
-  TUNEKIT_LSE(logsumexp_warp_##suffix, T, 1, 32)            \
-  TUNEKIT_LSE(logsumexp_warp_##suffix##_vec, T, VEC, 32)    \
-  TUNEKIT_LSE(logsumexp_block_##suffix, T, 1, 256)          \
-  TUNEKIT_LSE(logsumexp_block_##suffix##_vec, T, VEC, 256)
+#define TUNEKIT_LSE_COLUMNS(name, T, VEC, UNROLL)                                                      \
+  extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+      name(const T* x, T* out, float2* partials, long long outer, long long R, long long inner,        \
+           long long chunk, long long splits) {                                                        \
+    columns<T, VEC, UNROLL>(x, out, partials, outer, R, inner, chunk, splits);                         \
+  }
+
+// VEC: elements of one 16-byte load (the _vec forms; 1 for the others).
+#define TUNEKIT_LSE_FORMS(suffix, T, VEC)                                                              \
+  TUNEKIT_LSE_ROWS(logsumexp_rows8_##suffix, T, 1, 8, 4)                                               \
+  TUNEKIT_LSE_ROWS(logsumexp_rows8_##suffix##_vec, T, VEC, 8, 2)                                       \
+  TUNEKIT_LSE_ROWS(logsumexp_warp_##suffix, T, 1, 32, 8)                                               \
+  TUNEKIT_LSE_ROWS(logsumexp_warp_##suffix##_vec, T, VEC, 32, 4)                                       \
+  TUNEKIT_LSE_ROWS(logsumexp_block_##suffix, T, 1, 256, 8)                                             \
+  TUNEKIT_LSE_ROWS(logsumexp_block_##suffix##_vec, T, VEC, 256, 4)                                     \
+  TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix, T, 1, 8)                                             \
+  TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix##_vec, T, VEC, 4)                                     \
+  extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+      logsumexp_combine_##suffix(const float2* partials, T* out, long long n, long long splits) {      \
+    combine<T>(partials, out, n, splits);                                                              \
+  }
 
 TUNEKIT_LSE_FORMS(f32, float, 4)
 TUNEKIT_LSE_FORMS(f16, __half, 8)

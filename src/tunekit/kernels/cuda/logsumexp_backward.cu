@@ -1,0 +1,129 @@
+// The gradient of logsumexp, dx = dy * exp(x - lse), in one pass over x (torch's autograd runs
+// it as subtract, exp, multiply: full-size temporaries). Same (outer, R, inner) layouts and work
+// split as logsumexp.cu, so each thread loads dy and lse once and then streams x:
+// - rows (inner = 1): TPR threads per row; items (group of rows, chunk of columns) walked
+//   grid-stride, so a few very long rows still spread over every SM;
+// - columns (inner > 1): 32 threads along inner (VEC columns each) x 8 along R, grid (inner blocks,
+//   outer, chunks of R).
+// Each thread loads UNROLL packs of VEC elements before using any. Math in fp32 with the accurate
+// expf (special values as torch's composite: exp(inf - inf) = NaN); 64-bit offsets; any length
+// (the host checks VEC alignment).
+#include "convert.cuh"
+
+namespace {
+
+using tunekit::from_float;
+using tunekit::Pack;
+using tunekit::to_float;
+
+constexpr int BLOCK = 256;
+
+template <typename T, int VEC, int UNROLL, long long STEP>
+__device__ __forceinline__ void scale_range(const T* x, T* dx, long long c, long long end, float g, float l) {
+  for (; c + (UNROLL - 1) * STEP < end; c += UNROLL * STEP) {
+    Pack<T, VEC> pk[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) pk[u] = *reinterpret_cast<const Pack<T, VEC>*>(x + c + u * STEP);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g * expf(to_float(pk[u].v[k]) - l));
+      *reinterpret_cast<Pack<T, VEC>*>(dx + c + u * STEP) = pk[u];
+    }
+  }
+  for (; c < end; c += STEP) {
+    Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(x + c);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g * expf(to_float(pk.v[k]) - l));
+    *reinterpret_cast<Pack<T, VEC>*>(dx + c) = pk;
+  }
+}
+
+template <typename T, int VEC, int TPR, int UNROLL>
+__device__ __forceinline__ void rows_backward(const T* dy, const T* x, const T* lse, T* dx, long long n_rows,
+                                              long long cols, long long chunk, long long splits) {
+  constexpr int GROUPS = BLOCK / TPR;
+  const int lane = threadIdx.x % TPR;
+  const int group = threadIdx.x / TPR;
+  const long long row_groups = (n_rows + GROUPS - 1) / GROUPS;
+  for (long long item = blockIdx.x; item < row_groups * splits; item += gridDim.x) {
+    const long long split = item / row_groups;
+    const long long row = (item - split * row_groups) * GROUPS + group;
+    if (row >= n_rows) continue;
+    const long long begin = split * chunk;
+    const long long end = begin + chunk < cols ? begin + chunk : cols;
+    scale_range<T, VEC, UNROLL, static_cast<long long>(TPR) * VEC>(x + row * cols, dx + row * cols,
+                                                                   begin + lane * VEC, end, to_float(dy[row]),
+                                                                   to_float(lse[row]));
+  }
+}
+
+template <typename T, int VEC, int UNROLL>
+__device__ __forceinline__ void columns_backward(const T* dy, const T* x, const T* lse, T* dx, long long outer,
+                                                 long long R, long long inner, long long chunk) {
+  constexpr int IX = 32;
+  constexpr int RY = BLOCK / IX;
+  const int tx = threadIdx.x % IX;
+  const int ty = threadIdx.x / IX;
+  const long long inner_blocks = (inner + IX * VEC - 1) / (IX * VEC);
+  const long long ib = blockIdx.x % inner_blocks;
+  const long long o = (blockIdx.x / inner_blocks) % outer;
+  const long long split = blockIdx.x / inner_blocks / outer;
+  const long long i0 = (ib * IX + tx) * VEC;
+  if (i0 >= inner) return;
+  float g[VEC], l[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    g[k] = to_float(dy[o * inner + i0 + k]);
+    l[k] = to_float(lse[o * inner + i0 + k]);
+  }
+  const long long r_begin = split * chunk;
+  const long long r_end = r_begin + chunk < R ? r_begin + chunk : R;
+  const long long offset = o * R * inner + i0;
+  long long r = r_begin + ty;
+  for (; r + (UNROLL - 1) * RY < r_end; r += UNROLL * RY) {
+    Pack<T, VEC> pk[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) pk[u] = *reinterpret_cast<const Pack<T, VEC>*>(x + offset + (r + u * RY) * inner);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g[k] * expf(to_float(pk[u].v[k]) - l[k]));
+      *reinterpret_cast<Pack<T, VEC>*>(dx + offset + (r + u * RY) * inner) = pk[u];
+    }
+  }
+  for (; r < r_end; r += RY) {
+    Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(x + offset + r * inner);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g[k] * expf(to_float(pk.v[k]) - l[k]));
+    *reinterpret_cast<Pack<T, VEC>*>(dx + offset + r * inner) = pk;
+  }
+}
+
+}  // namespace
+
+#define TUNEKIT_LSE_BACKWARD_ROWS(name, T, VEC, TPR, UNROLL)                                           \
+  extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+      name(const T* dy, const T* x, const T* lse, T* dx, long long n_rows, long long cols,             \
+           long long chunk, long long splits) {                                                        \
+    rows_backward<T, VEC, TPR, UNROLL>(dy, x, lse, dx, n_rows, cols, chunk, splits);                   \
+  }
+
+#define TUNEKIT_LSE_BACKWARD_COLUMNS(name, T, VEC, UNROLL)                                             \
+  extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+      name(const T* dy, const T* x, const T* lse, T* dx, long long outer, long long R, long long inner, \
+           long long chunk, long long splits) {                                                        \
+    columns_backward<T, VEC, UNROLL>(dy, x, lse, dx, outer, R, inner, chunk);                          \
+  }
+
+#define TUNEKIT_LSE_BACKWARD_FORMS(suffix, T, VEC)                                                     \
+  TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_rows8_##suffix, T, 1, 8, 4)                             \
+  TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_warp_##suffix, T, 1, 32, 8)                             \
+  TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_warp_##suffix##_vec, T, VEC, 32, 4)                     \
+  TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_block_##suffix##_vec, T, VEC, 256, 4)                   \
+  TUNEKIT_LSE_BACKWARD_COLUMNS(logsumexp_backward_columns_##suffix, T, 1, 8)                           \
+  TUNEKIT_LSE_BACKWARD_COLUMNS(logsumexp_backward_columns_##suffix##_vec, T, VEC, 4)
+
+TUNEKIT_LSE_BACKWARD_FORMS(f32, float, 4)
+TUNEKIT_LSE_BACKWARD_FORMS(f16, __half, 8)
+TUNEKIT_LSE_BACKWARD_FORMS(bf16, __nv_bfloat16, 8)
