@@ -324,7 +324,9 @@ def test_queued_agrees_with_graph_replay(cuda, numel):
     graph = make_timer(cuda, graph=True).prepare(run_all, 4)
     q = sorted(queued() for _ in range(11))[5]
     g = sorted(graph() for _ in range(11))[5]
-    assert q == pytest.approx(g, rel=0.2), (q, g)
+    # eager launches run ~1 us apart back to back (a graph's ~0.1 us): measured on an H200, queued
+    # read 1.2-1.3x graph for 2 MB kernels. The gap per launch, not a ratio, is what must stay small.
+    assert q > 0.95 * g and (q - g) / n < 2e-3, (q, g, n)
 
 
 @pytest.mark.gpu

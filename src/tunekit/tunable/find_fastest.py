@@ -18,16 +18,17 @@ compilation (a candidate's first run), numerical checks, probes and timed runs:
    ``MIN_ROUNDS``. The median of the rounds is the candidate's time.
 
    What a measurement is, on CUDA: the device time of the candidate's kernels run back to back.
-   By default they are launched eagerly behind a spin kernel that holds the stream until the host
-   has enqueued them all (:class:`~tunekit.tunable.timing.CudaQueuedTimer`, the "blocking kernel"
-   of nvbench), so launch cost and host jitter stay out of the number. Plain events around eager
-   launches measure the host's launch rate whenever a kernel is shorter than its launch (4 MB
-   elementwise ops: 1-2 us on the device, 5-7 us to launch), which ranked candidates by launch
-   cost and picked one 3% slower on an H200 (part of the seed's "noisy timings" question).
-   ``cuda_graph`` measures the same device time over graph replays, at the cost of a capture per
-   candidate. Left out: host launch cost, which can differ between backends (a Triton launch may
-   cost more host time than a torch one); it is what a host-bound eager caller waits on, but inside a
-   CUDA graph, or whenever the GPU is behind the host, device time is what the caller gets.
+   By default (``cuda_graph``) each candidate's runs are captured once into a CUDA graph and its
+   replays timed; the one-shot probes, and the fallback when a candidate cannot be captured, launch
+   eagerly behind a spin kernel that holds the stream until the host has enqueued them all
+   (:class:`~tunekit.tunable.timing.CudaQueuedTimer`, the "blocking kernel" of nvbench). Either way
+   launch cost and host jitter stay out of the number. Plain events around eager launches measure
+   the host's launch rate whenever a kernel is shorter than its launch (4 MB elementwise ops: 1-2 us
+   on the device, 5-7 us to launch), which ranked candidates by launch cost and picked one 3%
+   slower on an H200 (part of the seed's "noisy timings" question). Left out: host launch cost,
+   which differs between backends (a Triton launch costs more host time than a torch one); it is
+   what a host-bound eager caller waits on, but inside a CUDA graph, or whenever the GPU is behind
+   the host, device time is what the caller gets.
 4. Choice: the fastest, except that the default keeps its place unless the challenger is faster by
    more than ``margin``: a tuned op is never slower than an untuned one by more than noise.
 

@@ -298,8 +298,12 @@ class CudaQueuedTimer(Timer):
         return lambda: self._measure(fn, reps, sizer)
 
 
-class CudaGraphTimer(CudaEventTimer):
-    """Captures ``fn`` x ``reps`` once into a CUDA graph, then times its replays with events."""
+class CudaGraphTimer(CudaQueuedTimer):
+    """Captures ``fn`` x ``reps`` once into a CUDA graph, then times its replays with events.
+    ``measure`` (tuning's one-shot probes) is the queued timer's: device time without a capture.
+    Measured on an H200 (silu, float16, 1M elements, 12 candidates): back-to-back eager launches
+    run ~1 us apart where a graph's run ~0.1 us apart, so queued times read 1.2-1.3x graph times
+    for such short kernels, and tuning with graphs finished in 24 ms where queued took 94."""
 
     def prepare(self, fn, reps):
         graph = torch.cuda.CUDAGraph()
@@ -312,8 +316,15 @@ class CudaGraphTimer(CudaEventTimer):
             for _ in range(reps):
                 fn()
 
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
         def measure_replay():
-            return self.measure(graph.replay, 1) / reps
+            stream = torch.cuda.current_stream(self.device)
+            start.record(stream)
+            graph.replay()
+            end.record(stream)
+            end.synchronize()
+            return start.elapsed_time(end) / reps
 
         measure_replay.graph = graph  # keep it (and its memory pool) alive as long as the closure
         return measure_replay
