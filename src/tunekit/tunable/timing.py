@@ -312,7 +312,9 @@ class CudaGraphTimer(CudaQueuedTimer):
         with torch.cuda.stream(side):
             fn()  # warm-up on the capture stream, as torch.cuda.graphs recommends
         torch.cuda.current_stream(self.device).wait_stream(side)
-        with torch.cuda.graph(graph):
+        # thread_local: other threads' CUDA calls stay legal while tuning captures (global mode would
+        # make, e.g., another thread's cudaMalloc fail mid-capture)
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             for _ in range(reps):
                 fn()
 
