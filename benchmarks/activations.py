@@ -44,7 +44,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import tunekit  # noqa: E402
-from tunekit.bench import copy_bandwidth, measure_candidates  # noqa: E402
+from tunekit.bench import copy_bandwidth, measure_candidates, versions  # noqa: E402
 from tunekit.tunable.find_fastest import input_sets  # noqa: E402
 from tunekit.tunable.params import make_trial  # noqa: E402
 from tunekit.tunable.registry import get_op  # noqa: E402
@@ -267,14 +267,6 @@ def summary(results: dict, bw: float) -> list[str]:
         lines.append(f"| {case.name} | {entry['dtype']} | {cells[0]} | {cells[1]} | {target:.0f} | {bw_verdict} | "
                      f"{ratio:.3f} ({shape_text(worst['shape'])}) | {'PASS' if ratio <= TARGET_RATIO else 'MISS'} |")
     return lines + [""]
-
-
-def versions() -> dict:
-    try:
-        import triton
-    except ImportError:
-        triton = None
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": getattr(triton, "__version__", None)}
 
 
 def main(argv=None) -> int:

@@ -42,7 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import tunekit  # noqa: E402
-from tunekit.bench import copy_bandwidth, time_callable  # noqa: E402
+from tunekit.bench import copy_bandwidth, time_callable, versions  # noqa: E402
 from tunekit.ops.logsumexp import logsumexp_backward_op, logsumexp_op  # noqa: E402
 from tunekit.tunable.find_fastest import input_sets  # noqa: E402
 from tunekit.tunable.numerics import compare  # noqa: E402
@@ -314,14 +314,6 @@ def render(meta: dict, rows: list[dict]) -> str:
         if sub:
             lines += detail_lines(sub, d, gbps)
     return "\n".join(lines) + "\n"
-
-
-def versions() -> dict:
-    try:
-        import triton
-    except ImportError:
-        triton = None
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": getattr(triton, "__version__", None)}
 
 
 def main(argv=None) -> int:

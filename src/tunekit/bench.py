@@ -18,7 +18,7 @@ from .tunable.numerics import compare
 from .tunable.params import make_trial, output_tensors
 from .tunable.timing import make_timer
 
-__all__ = ["CandidateTiming", "measure_candidates", "copy_bandwidth", "time_callable"]
+__all__ = ["CandidateTiming", "measure_candidates", "copy_bandwidth", "time_callable", "versions"]
 
 
 @dataclass
@@ -101,3 +101,12 @@ def copy_bandwidth(device: torch.device, nbytes: int | None = None, *, repeats: 
     # on a copy engine, slower than the kernel eager copy_ uses (seen on an H200: 2.7 vs 4.2 TB/s).
     ms, _ = time_callable(lambda: dst.copy_(src), device, repeats=repeats, graph=False, target_ms=5.0)
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def versions() -> dict:
+    """torch, CUDA and Triton versions, for a benchmark's header."""
+    try:
+        import triton
+    except ImportError:
+        triton = None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": getattr(triton, "__version__", None)}

@@ -21,7 +21,7 @@ from tunekit.ops._triton_rows import (TritonBackwardColumns, TritonColumns, Trit
                                       TritonSplitRows, triton_logsumexp_backward_candidates,
                                       triton_logsumexp_candidates)
 from tunekit.ops.logsumexp import LogsumexpBackwardParams, LogsumexpParams  # noqa: E402
-from tunekit.tunable.numerics import compare, tolerance  # noqa: E402
+from reduction_checks import close  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),  # numpy, interpreter
               pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning"),
@@ -46,15 +46,6 @@ COLUMNS = [((37, 5), (0,)), ((3, 50, 7), (1,)), ((2, 3, 4, 5), (1, 2)), ((33, 13
 LAYOUT_WORDS = ("only", "longer", "split")  # reasons a candidate declines a layout by design
 
 
-def close(actual, expected, dtype, x=None):
-    """As tests/ops/test_logsumexp.py: the dtype's tolerance (rtol x 1.5) and, for logsumexp values,
-    an atol of rtol x max|x| (lse = max + log(sum) cancels near 0: its error scales with |x|)."""
-    rtol, atol = tolerance(dtype)
-    if x is not None:
-        finite = x[torch.isfinite(x)]
-        atol = max(atol, rtol * float(finite.abs().max())) if finite.numel() else atol
-    problem = compare(actual, expected.to(dtype), (rtol * 1.5, atol))
-    assert problem is None, problem
 
 
 def fresh(shape, dtype, scale=3.0):

@@ -13,7 +13,7 @@ from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, Cuda
 from tunekit.ops._triton_rows import TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
 from tunekit.tunable import results_store
-from tunekit.tunable.numerics import compare, tolerance
+from reduction_checks import close
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 #: (shape, dims): rows (the last dim; the row lengths the issue names), trailing dims, columns
@@ -44,16 +44,6 @@ def cases(op, layouts):
     return out
 
 
-def close(actual, expected, dtype, x=None):
-    """Within the dtype's tolerance; for logsumexp values (``x`` given) also within rtol x max|x|:
-    lse = max + log(sum) cancels when the result is near 0, so its error scales with the inputs'
-    magnitude, not the result's (torch's own float16 result is off by 4e-4 at lse ~ 0.03)."""
-    rtol, atol = tolerance(dtype)
-    if x is not None:
-        finite = x[torch.isfinite(x)]
-        atol = max(atol, rtol * float(finite.abs().max())) if finite.numel() else atol
-    problem = compare(actual, expected.to(dtype), (rtol * 1.5, atol))
-    assert problem is None, problem
 
 
 def fresh(shape, dtype, device, scale=3.0):

@@ -65,6 +65,13 @@ def reduction_view(p) -> tuple[int, int, int] | str:
     return outer, reduced, inner
 
 
+def _extents(p) -> tuple[int, int, int]:
+    """(outer, R, inner) of params ``supports()`` accepted: no checks (the launch path)."""
+    shape, dims = p.x.shape, p.dims
+    outer, reduced = math.prod(shape[:dims[0]]), math.prod(shape[dims[0]:dims[-1] + 1])
+    return outer, reduced, math.prod(shape[dims[-1] + 1:])
+
+
 def rows_and_cols(p) -> tuple[int, int] | str:
     """(rows, cols) of ``p.x`` reduced over its last dimension, or why the view does not apply."""
     x = p.x
@@ -170,25 +177,29 @@ class CudaRows(_CudaReduction):
             return f"rows must start 16-byte aligned (cols a multiple of {self.vec})"
         return None
 
-    def run(self, p):
-        x = p.x
-        out = p.out if p.out is not None else p.new_outputs()["out"]
-        cols = reduction_view(p)[1]
-        rows = x.numel() // cols
-        index = x.get_device()
+    def _work(self, p, **split) -> tuple[int, int, int, int, int, int]:
+        """(device index, grid, rows, cols, chunk, splits) of a launch; ``split``: split_chunk's
+        options when rows are cut into chunks (None: whole rows)."""
+        rows, cols, _ = _extents(p)
+        index = p.x.get_device()
         sms = _sm_count(index)
         groups = _ceil(rows, self.rows_per_block)
         chunk, splits = cols, 1
-        if self.split:
+        if split is not None:
             chunk, splits = split_chunk(cols, groups, sms, threads=self.threads_per_row,
-                                        tile=self.threads_per_row * self.vec * self.unroll)
-        grid = min(groups * splits, sms * BLOCKS_PER_SM * 4)
+                                        tile=self.threads_per_row * self.vec * self.unroll, **split)
+        return index, min(groups * splits, sms * BLOCKS_PER_SM * 4), rows, cols, chunk, splits
+
+    def run(self, p):
+        x = p.x
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        index, grid, rows, cols, chunk, splits = self._work(p, split={} if self.split else None)
         if splits == 1:
             self.kernel.launch(index, grid, BLOCK, x, out, 0, rows, cols, chunk, 1)
             return out
         partials = torch.empty((splits, rows, 2), dtype=torch.float32, device=x.device)
         self.kernel.launch(index, grid, BLOCK, x, out, partials, rows, cols, chunk, splits)
-        self.combine.launch(index, _combine_grid(rows, sms), BLOCK, partials, out, rows, splits)
+        self.combine.launch(index, _combine_grid(rows, _sm_count(index)), BLOCK, partials, out, rows, splits)
         return out
 
 
@@ -208,15 +219,20 @@ class CudaColumns(_CudaReduction):
             return "too many columns for one launch"
         return None
 
+    def _work(self, p) -> tuple[int, int, int, int, int, int, int]:
+        """(device index, grid, outer, R, inner, chunk, splits) of a launch."""
+        outer, R, inner = _extents(p)
+        index = p.x.get_device()
+        blocks = _ceil(inner, IX * self.vec) * outer
+        chunk, splits = split_chunk(R, blocks, _sm_count(index), threads=RY, tile=RY * self.unroll, min_tiles=4)
+        return index, blocks * splits, outer, R, inner, chunk, splits
+
     def run(self, p):
         x = p.x
         out = p.out if p.out is not None else p.new_outputs()["out"]
-        outer, R, inner = reduction_view(p)
-        index = x.get_device()
-        blocks = _ceil(inner, IX * self.vec) * outer
-        chunk, splits = split_chunk(R, blocks, _sm_count(index), threads=RY, tile=RY * self.unroll, min_tiles=4)
+        index, grid, outer, R, inner, chunk, splits = self._work(p)
         partials = 0 if splits == 1 else torch.empty((splits, outer * inner, 2), dtype=torch.float32, device=x.device)
-        self.kernel.launch(index, blocks * splits, BLOCK, x, out, partials, outer, R, inner, chunk, splits)
+        self.kernel.launch(index, grid, BLOCK, x, out, partials, outer, R, inner, chunk, splits)
         if splits > 1:
             self.combine.launch(index, _combine_grid(outer * inner, _sm_count(index)), BLOCK, partials, out,
                                 outer * inner, splits)
@@ -235,19 +251,11 @@ class CudaRowsBackward(CudaRows):
         self.rows_per_block = BLOCK // threads_per_row
 
     def run(self, p):
-        x = p.x
         out = p.out if p.out is not None else p.new_outputs()["out"]
-        cols = reduction_view(p)[1]
-        rows = x.numel() // cols
-        index = x.get_device()
-        sms = _sm_count(index)
-        groups = _ceil(rows, self.rows_per_block)
         # measured on an H200 (64 x 1M float32): items for ~1.3 waves of resident blocks ran at 77%
         # of copy bandwidth; more, smaller items shrink the partial last wave
-        chunk, splits = split_chunk(cols, groups, sms, threads=self.threads_per_row,
-                                    tile=self.threads_per_row * self.vec * self.unroll, min_tiles=4, waves=8)
-        grid = min(groups * splits, sms * BLOCKS_PER_SM * 4)
-        self.kernel.launch(index, grid, BLOCK, p.dy, x, p.lse, out, rows, cols, chunk, splits)
+        index, grid, rows, cols, chunk, splits = self._work(p, split={"min_tiles": 4, "waves": 8})
+        self.kernel.launch(index, grid, BLOCK, p.dy, p.x, p.lse, out, rows, cols, chunk, splits)
         return out
 
 
@@ -260,13 +268,9 @@ class CudaColumnsBackward(CudaColumns):
         _CudaReduction.__init__(self, name, "logsumexp_backward.cu", name, dtype, vec=vec, unroll=unroll)
 
     def run(self, p):
-        x = p.x
         out = p.out if p.out is not None else p.new_outputs()["out"]
-        outer, R, inner = reduction_view(p)
-        index = x.get_device()
-        blocks = _ceil(inner, IX * self.vec) * outer
-        chunk, splits = split_chunk(R, blocks, _sm_count(index), threads=RY, tile=RY * self.unroll, min_tiles=4)
-        self.kernel.launch(index, blocks * splits, BLOCK, p.dy, x, p.lse, out, outer, R, inner, chunk, splits)
+        index, grid, outer, R, inner, chunk, splits = self._work(p)
+        self.kernel.launch(index, grid, BLOCK, p.dy, p.x, p.lse, out, outer, R, inner, chunk, splits)
         return out
 
 
