@@ -177,7 +177,7 @@ class CudaRows(_CudaReduction):
             return f"rows must start 16-byte aligned (cols a multiple of {self.vec})"
         return None
 
-    def _work(self, p, **split) -> tuple[int, int, int, int, int, int]:
+    def _work(self, p, split: dict | None) -> tuple[int, int, int, int, int, int]:
         """(device index, grid, rows, cols, chunk, splits) of a launch; ``split``: split_chunk's
         options when rows are cut into chunks (None: whole rows)."""
         rows, cols, _ = _extents(p)
