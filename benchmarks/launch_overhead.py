@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import tunekit  # noqa: F401
-from tunekit.backends import nvrtc
+from tunekit.backends import fast_launch, nvrtc
 from tunekit.ops.silu import silu_op
 
 
@@ -40,6 +40,7 @@ def main():
     kernel = silu_op.candidate("silu_f32x4").kernel
     fn = kernel.function(0)
     kernel.launch(0, 1, 256, x, y, x.numel())
+    torch.cuda.synchronize()
     holders, array, address = kernel._arg_array(3)
     for h, v in zip(holders, (x.data_ptr(), y.data_ptr(), x.numel())):
         h.value = v
@@ -50,10 +51,16 @@ def main():
     fn_ptr = ctypes.c_void_p(int(fn))
     one, b256, zero = ctypes.c_uint(1), ctypes.c_uint(256), ctypes.c_uint(0)
     s_ptr, a_ptr = ctypes.c_void_p(stream), ctypes.c_void_p(address)
+    xp, yp = x.data_ptr(), y.data_ptr()
+    fast = fast_launch.load()
+    entry = fast_launch.driver_entry_point() if fast is not None else 0
+    fn_int = int(fn)
     rows = [
         ("F.silu(x) (torch: allocation + launch)", lambda: F.silu(x)),
         ("torch._C._nn.silu(x, out=y) (torch: launch only)", lambda: torch._C._nn.silu(x, out=y)),
         ("CudaKernel.launch (tunekit today)", lambda: kernel.launch(0, 1, 256, x, y, 1024)),
+        ("CudaKernel._launch_with_bindings (cuda-bindings path)",
+         lambda: kernel._launch_with_bindings(0, 1, 256, (x, y, 1024))),
         ("driver.cuLaunchKernel, all prebuilt, stream int",
          lambda: driver.cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, stream, address, 0)),
         ("driver.cuLaunchKernel, all prebuilt, CUstream object",
@@ -65,7 +72,17 @@ def main():
                                                          setattr(holders[2], "value", 1024)]),
         ("torch._C._cuda_getCurrentRawStream(0)", lambda: torch._C._cuda_getCurrentRawStream(0)),
         ("torch.empty_like(x)", lambda: torch.empty_like(x)),
+        ("x.new_empty(x.shape)", lambda: x.new_empty(x.shape)),
+        ("torch.empty(1024, dtype=, device=)", lambda: torch.empty(1024, dtype=torch.float32, device=x.device)),
     ]
+    if fast is not None:
+        rows[3:3] = [
+            ("C extension launch, tensors passed (what CudaKernel.launch calls)",
+             lambda: fast.launch(entry, fn_int, 1, 256, stream, x, y, 1024)),
+            ("C extension launch, ints passed", lambda: fast.launch(entry, fn_int, 1, 256, stream, xp, yp, 1024)),
+        ]
+    else:
+        print(f"(C launch extension unavailable: {fast_launch.unavailable()})")
     print(f"# Launch overhead, {torch.cuda.get_device_name()} ({time.strftime('%Y-%m-%d')}, torch {torch.__version__})\n")
     print("| call | host us/call |\n|---|---:|")
     for label, fn_ in rows:

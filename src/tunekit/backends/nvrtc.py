@@ -9,7 +9,8 @@ NVRTC for the running GPU, cached on disk, and launched on PyTorch's current CUD
   source, architecture, options and NVRTC version, and written to a temporary file then renamed,
   so two processes compiling at once never leave a torn file.
 - Launching: ``cuLaunchKernel`` on ``torch.cuda``'s current stream (graph capture works; the legacy
-  default stream is never used), with the argument array built once per kernel and thread.
+  default stream is used only when it is torch's current stream), through the small C extension
+  of :mod:`tunekit.backends.fast_launch` (cuda-bindings when it cannot be built).
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ class CudaKernel:
     def __init__(self, filename: str, name: str, options: tuple[str, ...] = ()):
         self.filename, self.name, self.options = filename, name, options
         self._functions: dict[int, object] = {}
+        self._addresses: dict[int, int] = {}  # device index -> CUfunction handle as an int
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -227,12 +229,23 @@ class CudaKernel:
         return cached
 
     def launch(self, device_index: int, grid: int, block: int, *args) -> None:
-        """Tensors go in as device pointers, ints as 64-bit integers. Host cost matters here (it is
-        most of a small op's time): measured on an H200 host, the driver call through cuda-bindings
-        is ~3.0 us of the ~4 us this takes (a ctypes call on libcuda was slower: 3.5 us)."""
-        fn = self._functions.get(device_index)
+        """Tensors go in as device pointers, ints as 64-bit integers, on torch's current stream.
+
+        Host cost matters here (it is most of a small op's time): the C extension of
+        :mod:`tunekit.backends.fast_launch` packs the arguments and calls the driver; without it,
+        cuda-bindings' ``cuLaunchKernel`` with the packing in Python (~1 us more per call on an
+        H200 host)."""
+        fn = self._addresses.get(device_index)
         if fn is None:
-            fn = self.function(device_index)
+            fn = self._addresses[device_index] = int(self.function(device_index))
+        c_launch = _c_launch or _resolve_c_launch()
+        if c_launch is not None:
+            c_launch(fn, grid, block, _raw_stream(device_index), *args)
+            return
+        self._launch_with_bindings(device_index, grid, block, args)
+
+    def _launch_with_bindings(self, device_index: int, grid: int, block: int, args: tuple) -> None:
+        fn = self.function(device_index)
         args_cache = self._local.__dict__.get("args")
         if args_cache is None or len(args_cache[0]) != len(args):
             args_cache = self._arg_array(len(args))
@@ -242,6 +255,20 @@ class CudaKernel:
         (err,) = _driver_launch()(fn, grid, 1, 1, block, 1, 1, 0, _raw_stream(device_index), address, 0)
         if int(err):
             raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {err!r}")
+
+
+#: ``launch(function, grid, block, stream, *args)`` of the C extension bound to the driver's entry
+#: point; False until first resolved, None when the extension is unavailable
+_c_launch = False
+
+
+def _resolve_c_launch():
+    global _c_launch
+    from . import fast_launch
+
+    module = fast_launch.load()
+    _c_launch = None if module is None else functools.partial(module.launch, fast_launch.driver_entry_point())
+    return _c_launch
 
 
 @functools.lru_cache(maxsize=None)

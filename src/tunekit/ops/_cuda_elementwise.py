@@ -59,6 +59,7 @@ class CudaElementwise(Candidate):
         self.load_bytes = load_bytes
         self.per_thread = per_thread
         self.inputs = inputs
+        self._unary = inputs == ("x",)
         self.persistent = persistent
         self.when = dict(when or {})
         self.kernel = nvrtc.kernel(filename, kernel_name or name)
@@ -89,8 +90,8 @@ class CudaElementwise(Candidate):
         return None
 
     def run(self, p):
-        tensors = (p.x,) if self.inputs == ("x",) else tuple(getattr(p, name) for name in self.inputs)
-        x = tensors[0]
+        # the cached call's path: every line here is host time on each call
+        x = p.x
         out = p.out
         if out is None:
             out = torch.empty_like(x)
@@ -100,7 +101,10 @@ class CudaElementwise(Candidate):
             grid = (n + self.elements_per_block - 1) // self.elements_per_block
             if self.persistent:
                 grid = min(grid, _sm_count(index) * PERSISTENT_BLOCKS_PER_SM)
-            self.kernel.launch(index, grid, BLOCK, *tensors, out, n)
+            if self._unary:
+                self.kernel.launch(index, grid, BLOCK, x, out, n)
+            else:
+                self.kernel.launch(index, grid, BLOCK, *[getattr(p, name) for name in self.inputs], out, n)
         return out
 
     def source_hash(self) -> str:

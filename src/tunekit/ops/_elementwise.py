@@ -51,8 +51,10 @@ class UnaryParams(OpParams):
 
     def cache_key(self):
         x, out = self.x, self.out
+        if out is None and x.is_contiguous():  # the common call, kept short: this runs on every call
+            return (x.dtype, x.numel(), x.data_ptr() & 15, x.device)
         tail = None if out is None else "inplace" if out is x else tensor_key(out)
-        if x.is_contiguous():  # inlined _layout_key: this runs on every call
+        if x.is_contiguous():  # inlined _layout_key
             return (x.dtype, x.numel(), x.data_ptr() & 15, x.device, tail)
         return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.device, tail)
 

@@ -30,7 +30,10 @@ compilation (a candidate's first run), numerical checks, probes and timed runs:
    what a host-bound eager caller waits on, but inside a CUDA graph, or whenever the GPU is behind
    the host, device time is what the caller gets.
 4. Choice: the fastest, except that the default keeps its place unless the challenger is faster by
-   more than ``margin``: a tuned op is never slower than an untuned one by more than noise.
+   more than ``margin``: a tuned op is never slower than an untuned one by more than noise. On
+   CUDA, candidates tied with the choice on device time (within 1%) are then timed on the host,
+   and one that costs clearly less host time per call wins the tie (small inputs, where an eager
+   caller waits on the launch, not on the kernel).
 
 An entry whose budget ran out before ``MIN_ROUNDS`` completed rounds is marked incomplete.
 """
@@ -174,7 +177,10 @@ def find_fastest(op, params: OpParams, settings: TuningSettings, *, clock: Calla
 
     times, complete_timing = _time_candidates(survivors, base, params, settings, budget, timer, clock, records)
     complete = complete and complete_timing
-    return _choose(default, survivors, times, settings, records, complete, budget)
+    report = _choose(default, survivors, times, settings, records, complete, budget)
+    if params.device.type == "cuda" and timer is None:
+        _prefer_less_host_time(report, survivors, times, base, budget)
+    return report
 
 
 def _time_candidates(survivors, base, params, settings, budget, timer, clock, records):
@@ -249,3 +255,55 @@ def _choose(default, survivors, times, settings, records, complete, budget) -> T
                 why = f"faster by {1 - t / base:.1%}, within the {settings.margin:.0%} margin"
             records[name] = CandidateRecord("slower", time_ms=t, reason=why)
     return TuningReport(choice, complete, records, budget.spent_ms())
+
+
+#: device times within this fraction of the choice's count as a tie, broken by host time
+HOST_TIE = 0.01
+#: a tied candidate replaces the choice only if its host time per call is below this fraction of the choice's
+HOST_GAIN = 0.9
+
+
+def host_us_per_call(run, params: OpParams, calls: int = 32, repeats: int = 5) -> float:
+    """Host time per eager call (median over repeats), with the GPU queue drained first so the
+    enqueue never waits on the device: what a host-bound caller pays per call."""
+    samples = []
+    for _ in range(repeats):
+        _synchronize(params.device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            run(params)
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    _synchronize(params.device)
+    return statistics.median(samples)
+
+
+def _prefer_less_host_time(report: TuningReport, survivors, times, params, budget) -> None:
+    """Among candidates whose device time ties with the choice's (within :data:`HOST_TIE`), pick
+    the one with clearly less host time per call.
+
+    Device time decides the choice; but for small inputs kernels of different backends take the
+    same device time while their launches cost different host time (a Triton launch, torch's
+    dispatcher, tunekit's C launcher), and an eager caller of a small op waits on the host. The tie
+    bound is tighter than the default's margin, so the tuned choice stays within noise of the
+    default's device time."""
+    choice = report.choice
+    bound = times[choice] * (1.0 + HOST_TIE)
+    tied = [c for c in survivors if c.name in times and times[c.name] <= bound]
+    if len(tied) < 2 or budget.left_ms() <= 0:
+        return
+    try:
+        host = {c.name: host_us_per_call(c.run, params) for c in tied}
+    except Exception:  # every tied candidate already ran fine; a failure here keeps the device-time choice
+        return
+    best = min(host, key=host.get)
+    if best == choice or host[best] >= HOST_GAIN * host[choice]:
+        return
+    records = report.candidates
+    records[best] = CandidateRecord(
+        "chosen", time_ms=times[best],
+        reason=f"device time within {HOST_TIE:.0%} of {choice}; host time {host[best]:.1f} us per call against "
+               f"{host[choice]:.1f} us")
+    records[choice] = CandidateRecord(
+        "slower", time_ms=times[choice],
+        reason=f"tied on device time with {best}; host time {host[choice]:.1f} us per call against {host[best]:.1f} us")
+    report.choice = best

@@ -1,0 +1,98 @@
+"""The C launch extension: it builds here (CI has a C compiler and Python's headers), and it hands
+the driver exactly the launch it was asked for. The driver entry point is replaced by a recording
+stand-in with cuLaunchKernel's C signature, so the argument packing is checked without a GPU."""
+
+import ctypes
+import os
+
+import pytest
+import torch
+
+from tunekit.backends import fast_launch
+
+LAUNCH_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                                    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+class RecordingDriver:
+    """A cuLaunchKernel stand-in: records each call, reads ``n_args`` 64-bit kernel parameters."""
+
+    def __init__(self, n_args: int, result: int = 0):
+        self.calls = []
+        self.result = result
+
+        def entry(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            values = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0] for i in range(n_args)]
+            self.calls.append(dict(function=f, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, stream=stream,
+                                   values=values, extra=extra))
+            return self.result
+
+        self._entry = LAUNCH_SIGNATURE(entry)  # kept alive as long as the recorder
+        self.address = ctypes.cast(self._entry, ctypes.c_void_p).value
+
+
+@pytest.fixture(scope="module")
+def module():
+    m = fast_launch.load()
+    if m is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the launch extension must build in CI: {fast_launch.unavailable()}")
+        pytest.skip(f"launch extension unavailable: {fast_launch.unavailable()}")
+    return m
+
+
+def test_packs_ints_and_tensor_pointers(module):
+    x = torch.randn(37)
+    y = torch.empty(5, dtype=torch.float16)
+    driver = RecordingDriver(n_args=5)
+    module.launch(driver.address, 0xDEAD0, 123457, 256, 0x5000, x, y, 1 << 40, -1, 7)
+    (call,) = driver.calls
+    assert call["function"] == 0xDEAD0
+    assert call["grid"] == (123457, 1, 1) and call["block"] == (256, 1, 1)
+    assert call["shared"] == 0 and call["stream"] == 0x5000 and call["extra"] is None
+    assert call["values"] == [x.data_ptr(), y.data_ptr(), 1 << 40, 2**64 - 1, 7]
+
+
+def test_stream_zero_and_many_arguments(module):
+    values = list(range(3, 3 + module.MAX_KERNEL_ARGS))
+    driver = RecordingDriver(n_args=len(values))
+    module.launch(driver.address, 1, 1, 1, 0, *values)
+    assert driver.calls[0]["stream"] is None  # NULL: the legacy default stream, passed through as given
+    assert driver.calls[0]["values"] == values
+
+
+def test_a_driver_error_raises_with_its_code(module):
+    driver = RecordingDriver(n_args=1, result=700)
+    with pytest.raises(RuntimeError, match="CUresult 700"):
+        module.launch(driver.address, 1, 1, 32, 0, 5)
+    assert len(driver.calls) == 1
+
+
+@pytest.mark.parametrize("args, error", [
+    ((1, 1, 1), TypeError),  # too few
+    ((1, 1, 1, 32, 0, *range(17)), TypeError),  # more kernel parameters than it packs
+    ((1, 1, 0, 32, 0), ValueError),  # empty grid
+    ((1, 1, 2**32, 32, 0), ValueError),  # grid over 32 bits
+    ((1, 1, 1, -1, 0), OverflowError),
+    ((0, 1, 1, 32, 0), ValueError),  # null entry point
+    ((1, 1, 1, 32, 0, "not a tensor"), AttributeError),
+    ((1, 1, 1, 32, 0, 1.5), AttributeError),
+])
+def test_bad_calls_raise_before_the_driver_is_called(module, args, error):
+    driver = RecordingDriver(n_args=1)
+    args = (driver.address if args[0] else 0, *args[1:])
+    with pytest.raises(error):
+        module.launch(*args)
+    assert driver.calls == []
+
+
+def test_build_is_cached_and_atomic(tmp_path):
+    first = fast_launch.build(tmp_path)
+    assert fast_launch.build(tmp_path) == first
+    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(first)]  # no temporaries left behind
+
+
+def test_a_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.raises((RuntimeError, OSError)):
+        fast_launch.build(tmp_path)
