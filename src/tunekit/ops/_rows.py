@@ -204,18 +204,22 @@ class CudaRows(_CudaReduction):
 
 
 class CudaColumns(_CudaReduction):
-    """Columns (inner > 1), read in place: 32 threads along inner (``vec`` columns each) by 8 along R
-    per block; R is cut into chunks (merged by the combine kernel) when columns are too few."""
+    """Columns (inner > 1), read in place: ``ix`` threads along inner (``vec`` columns each) by
+    ``BLOCK / ix`` along R per block; R is cut into chunks (merged by the combine kernel) when
+    columns are too few. ``ix`` = 32, or 8 for the narrow form (``logsumexp.cu`` says why)."""
 
-    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, unroll: int):
+    ix = IX
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, unroll: int, ix: int = IX):
         super().__init__(name, "logsumexp.cu", name, dtype, vec=vec, unroll=unroll)
+        self.ix = ix
 
     def layout(self, outer, R, inner):
         if inner == 1:
             return "reduces a dimension other than the last"
         if self.vec > 1 and inner % self.vec:
             return f"the inner size must be a multiple of {self.vec} (vector loads)"
-        if outer * _ceil(inner, IX * self.vec) > 2**30:
+        if outer * _ceil(inner, self.ix * self.vec) > 2**30:
             return "too many columns for one launch"
         return None
 
@@ -223,9 +227,13 @@ class CudaColumns(_CudaReduction):
         """(device index, grid, outer, R, inner, chunk, splits) of a launch."""
         outer, R, inner = _extents(p)
         index = p.x.get_device()
-        blocks = _ceil(inner, IX * self.vec) * outer
-        chunk, splits = split_chunk(R, blocks, _sm_count(index), threads=RY, tile=RY * self.unroll, min_tiles=4)
+        blocks = _ceil(inner, self.ix * self.vec) * outer
+        ry = BLOCK // self.ix
+        chunk, splits = split_chunk(R, blocks, _sm_count(index), threads=ry, tile=ry * self.unroll, min_tiles=4)
         return index, blocks * splits, outer, R, inner, chunk, splits
+
+    def source_hash(self) -> str:
+        return hash_source(super().source_hash(), self.ix)
 
     def run(self, p):
         x = p.x
@@ -287,6 +295,7 @@ def cuda_candidates() -> list[_CudaReduction]:
             out.append(CudaRows(f"logsumexp_block_split_{sfx}{tail}", dtype, vec=v, threads_per_row=256, unroll=unroll,
                                 split=True, kernel=f"logsumexp_block_{sfx}{tail}"))
             out.append(CudaColumns(f"logsumexp_columns_{sfx}{tail}", dtype, vec=v, unroll=unroll))
+        out.append(CudaColumns(f"logsumexp_columns_narrow_{sfx}_vec", dtype, vec=vec, unroll=4, ix=8))
     return out
 
 

@@ -6,9 +6,11 @@
 // - rows (inner = 1): TPR threads own a row: 8 (rows of 64 and fewer), 32 (a warp), 256 (a block).
 //   With splits > 1 a row is cut into chunks, each block writes a partial (m, s) and
 //   logsumexp_combine merges them: few very long rows (4 x 16M) then still fill every SM.
-// - columns (inner > 1, e.g. dim 0 of a matrix): a block is 32 threads along inner (VEC adjacent
-//   columns each, so a warp reads one contiguous run) by 8 along R; the 8 partials of a column
-//   merge in shared memory. The input is read in place, never transposed. splits > 1 cuts R, and
+// - columns (inner > 1, e.g. dim 0 of a matrix): a block is IX threads along inner (VEC adjacent
+//   columns each, so they read one contiguous run) by 256 / IX along R; a column's partials merge
+//   in shared memory. IX = 32, or 8 for the narrow form: 8 x 16 bytes is still one whole 128-byte
+//   line per row, a block spans 4x fewer columns (inner = 128 in 16-bit no longer idles half the
+//   block) and 4x more rows, so fewer R splits are needed to fill the GPU. The input is read in place, never transposed. splits > 1 cuts R, and
 //   logsumexp_combine (a warp per result) merges the chunks' partials.
 //
 // Speed: each thread loads UNROLL packs of VEC elements before using any (bytes in flight), takes
@@ -167,10 +169,9 @@ __device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long 
 // Columns: block = IX threads along inner x RY along R; grid = (inner blocks, outer, splits)
 // flattened into blockIdx.x. Thread (tx, ty) owns columns i0 .. i0 + VEC - 1 and rows r = ty,
 // ty + RY, ... of its split.
-template <typename T, int VEC, int UNROLL>
+template <typename T, int VEC, int UNROLL, int IX>
 __device__ __forceinline__ void columns(const T* x, T* out, float2* partials, long long outer, long long R,
                                         long long inner, long long chunk, long long splits) {
-  constexpr int IX = 32;
   constexpr int RY = BLOCK / IX;
   __shared__ Partial shared[RY][IX * VEC];
   const int tx = threadIdx.x % IX;
@@ -249,11 +250,11 @@ __device__ __forceinline__ void combine(const float2* partials, T* out, long lon
     rows<T, VEC, TPR, UNROLL>(x, out, partials, n_rows, cols, chunk, splits);                          \
   }
 
-#define TUNEKIT_LSE_COLUMNS(name, T, VEC, UNROLL)                                                      \
+#define TUNEKIT_LSE_COLUMNS(name, T, VEC, UNROLL, IX)                                                  \
   extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
       name(const T* x, T* out, float2* partials, long long outer, long long R, long long inner,        \
            long long chunk, long long splits) {                                                        \
-    columns<T, VEC, UNROLL>(x, out, partials, outer, R, inner, chunk, splits);                         \
+    columns<T, VEC, UNROLL, IX>(x, out, partials, outer, R, inner, chunk, splits);                     \
   }
 
 // VEC: elements of one 16-byte load (the _vec forms; 1 for the others).
@@ -264,8 +265,9 @@ __device__ __forceinline__ void combine(const float2* partials, T* out, long lon
   TUNEKIT_LSE_ROWS(logsumexp_warp_##suffix##_vec, T, VEC, 32, 4)                                       \
   TUNEKIT_LSE_ROWS(logsumexp_block_##suffix, T, 1, 256, 8)                                             \
   TUNEKIT_LSE_ROWS(logsumexp_block_##suffix##_vec, T, VEC, 256, 4)                                     \
-  TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix, T, 1, 8)                                             \
-  TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix##_vec, T, VEC, 4)                                     \
+  TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix, T, 1, 8, 32)                                         \
+  TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix##_vec, T, VEC, 4, 32)                                 \
+  TUNEKIT_LSE_COLUMNS(logsumexp_columns_narrow_##suffix##_vec, T, VEC, 4, 8)                           \
   extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
       logsumexp_combine_##suffix(const float2* partials, T* out, long long n, long long splits) {      \
     combine<T>(partials, out, n, splits);                                                              \
