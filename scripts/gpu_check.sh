@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device calls, each under the device's 10-minute limit (outputs under $OUT when set):
 #   bash scripts/gpu_check.sh tests   GPU facts, pytest -m gpu, the rest of the suite, dispatch and launch overhead
-#   bash scripts/gpu_check.sh bench   benchmarks/activations.py (every candidate, torch eager, torch.compile)
-#                                     and the first-call tuning time
+#   bash scripts/gpu_check.sh bench   benchmarks/activations.py (every candidate, torch eager, torch.compile),
+#                                     logsumexp.py, copy_ceiling.py, the first-call tuning time, model_step.py
 set -uo pipefail
 OUT=${OUT:-/tmp/tunekit-out}; mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1 TUNEKIT_RESULTS=/tmp/tunekit-results.sqlite
@@ -17,5 +17,8 @@ tests)
   echo "== launch overhead"; python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.md" ;;
 bench)
   echo "== activations"; python3 benchmarks/activations.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/activations.txt" | tail -60
-  echo "== tuning time of a new signature"; python3 benchmarks/tuning_time.py 2>&1 | tee "$OUT/tuning_time.md" ;;
+  echo "== logsumexp"; python3 benchmarks/logsumexp.py --out "$OUT" 2>&1 | tail -3
+  echo "== copy ceiling"; python3 benchmarks/copy_ceiling.py --out "$OUT" 2>&1 | tail -4
+  echo "== tuning time of a new signature"; python3 benchmarks/tuning_time.py 2>&1 | tee "$OUT/tuning_time.md"
+  echo "== model step"; python3 benchmarks/model_step.py --out "$OUT" 2>&1 | tail -12 ;;
 esac

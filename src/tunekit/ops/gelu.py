@@ -27,6 +27,7 @@ from ._arguments import check_approximate, check_float_tensor, check_gradient_pa
 from ._cuda_elementwise import cuda_candidates
 from ._elementwise import GradParams, UnaryParams, triton_candidates, with_arguments
 from ..tunable.numerics import tolerance
+from ..tunable.context import captured, inherited
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
 
@@ -154,13 +155,15 @@ class GeluFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, approximate):
         ctx.save_for_backward(x)
+        ctx.tuning = captured()  # the backward may run on autograd's thread
         ctx.approximate = approximate
         return _gelu_call(GeluParams(x, approximate))
 
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        return gelu_backward(dy, x, ctx.approximate), None
+        with inherited(ctx.tuning):
+            return gelu_backward(dy, x, ctx.approximate), None
 
 
 def gelu(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None = None,
@@ -171,6 +174,9 @@ def gelu(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None
     ``inplace=True`` into ``x``. Differentiable: a tensor that requires grad gets the tuned backward.
     ``out=`` and ``inplace=True`` under autograd run PyTorch's kernel, with PyTorch's rules.
     """
+    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
+        from ..library import compiled_gelu
+        return compiled_gelu(x, approximate, out=out, inplace=inplace)
     if (out is None and not inplace and type(x) is torch.Tensor and x.is_floating_point()
             and (approximate == "none" or approximate == "tanh")):
         if not (x.requires_grad and _grad_enabled()):  # the common call, kept short
@@ -187,6 +193,9 @@ def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") 
 
     When the result itself must be differentiable (double backward), PyTorch's op runs.
     """
+    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
+        from ..library import compiled_gelu_backward
+        return compiled_gelu_backward(dy, x, approximate)
     params = make_backward_params(dy, x, approximate)
     if _grad_enabled() and (dy.requires_grad or x.requires_grad):
         return torch_gelu_backward(params)
@@ -196,3 +205,4 @@ def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") 
 _gelu_call = gelu_op.call
 _gelu_backward_call = gelu_backward_op.call
 _grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling

@@ -28,6 +28,7 @@ from ._elementwise import with_arguments
 from ._rows import cuda_backward_candidates, cuda_candidates
 from ._triton_rows import triton_logsumexp_backward_candidates, triton_logsumexp_candidates
 from ..tunable.params import OpParams, tensor_key, tensor_signature
+from ..tunable.context import captured, inherited
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
 
@@ -174,6 +175,7 @@ class LogsumexpFunction(torch.autograd.Function):
     def forward(ctx, x, dims, keepdim):
         lse = _logsumexp_call(LogsumexpParams(x, dims, keepdim))
         ctx.save_for_backward(x, lse)
+        ctx.tuning = captured()  # the backward may run on autograd's thread
         ctx.dims, ctx.keepdim = dims, keepdim
         return lse
 
@@ -182,12 +184,16 @@ class LogsumexpFunction(torch.autograd.Function):
         x, lse = ctx.saved_tensors
         # autograd often hands an expanded gradient (from .sum()); one value per result is small
         dy = dy.contiguous()
-        return logsumexp_backward(dy, x, lse, ctx.dims, ctx.keepdim), None, None
+        with inherited(ctx.tuning):
+            return logsumexp_backward(dy, x, lse, ctx.dims, ctx.keepdim), None, None
 
 
 def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
     """``log(sum(exp(x), dim))`` computed stably, as ``torch.logsumexp``, by the fastest correct
     candidate. Integer inputs and invalid dims go to torch itself (its promotion, its errors)."""
+    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
+        from ..library import compiled_logsumexp
+        return compiled_logsumexp(x, dim, keepdim)
     if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
         return torch.logsumexp(x, dim, keepdim)
     try:
@@ -202,6 +208,9 @@ def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
 def logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
     """The gradient of :func:`logsumexp`: ``dy * exp(x - lse)`` broadcast over the reduced dims.
     When the result must itself be differentiable (double backward), torch ops run."""
+    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
+        from ..library import compiled_logsumexp_backward
+        return compiled_logsumexp_backward(dy, x, lse, dim, keepdim)
     dims = normalize_dims(dim, x.dim())
     p = LogsumexpBackwardParams(dy, x, lse, dims, bool(keepdim))
     if torch.is_grad_enabled() and (dy.requires_grad or x.requires_grad or lse.requires_grad):
@@ -211,3 +220,4 @@ def logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
 
 _logsumexp_call = logsumexp_op.call
 _logsumexp_backward_call = logsumexp_backward_op.call
+_is_compiling = torch.compiler.is_compiling

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ._arguments import check_float_tensor, check_gradient_pair, elementwise_destination
 from ._cuda_elementwise import cuda_candidates
 from ._elementwise import GradParams, UnaryParams, triton_candidates
+from ..tunable.context import captured, inherited
 from ..tunable.registry import register
 from ..tunable.tunable_op import TunableOp
 
@@ -112,12 +113,14 @@ class SiluFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
+        ctx.tuning = captured()  # the backward may run on autograd's thread
         return _silu_call(SiluParams(x))
 
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
-        return silu_backward(dy, x)
+        with inherited(ctx.tuning):
+            return silu_backward(dy, x)
 
 
 def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = False) -> torch.Tensor:
@@ -127,6 +130,9 @@ def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = Fa
     ``inplace=True`` into ``x``. Differentiable: a tensor that requires grad gets the tuned backward.
     ``out=`` and ``inplace=True`` under autograd run PyTorch's kernel, with PyTorch's rules.
     """
+    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
+        from ..library import compiled_silu
+        return compiled_silu(x, out=out, inplace=inplace)
     if out is None and not inplace and type(x) is torch.Tensor and x.is_floating_point():
         if not (x.requires_grad and _grad_enabled()):  # the common call, kept short
             return _silu_call(SiluParams(x))
@@ -142,6 +148,9 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
     When the result itself must be differentiable (double backward), differentiable torch ops run.
     """
+    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
+        from ..library import compiled_silu_backward
+        return compiled_silu_backward(dy, x)
     params = make_backward_params(dy, x)
     if _grad_enabled() and (dy.requires_grad or x.requires_grad):
         # aten.silu_backward has no derivative; autograd's own double backward uses this composite
@@ -154,3 +163,4 @@ _silu_call = silu_op.call
 _silu_backward_call = silu_backward_op.call
 _grad_enabled = torch.is_grad_enabled
 swish = silu
+_is_compiling = torch.compiler.is_compiling

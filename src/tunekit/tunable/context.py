@@ -143,3 +143,27 @@ def tuning(**changes):
         yield settings
     finally:
         _current.reset(token)
+
+
+def captured() -> TuningSettings | None:
+    """The settings a ``tuning()`` block set here (None outside any), for :func:`inherited`."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def inherited(settings: TuningSettings | None):
+    """Run a block under ``settings`` (from :func:`captured`) unless a ``tuning()`` block is in force.
+
+    Why: an autograd Function's backward runs where autograd runs it; for CUDA tensors that is
+    autograd's own device thread, which sees no ``tuning()`` block of the caller (a ContextVar is
+    per thread). The forward captures its settings and the backward runs under them there, so
+    ``with tuning(...)`` around a forward and its backward governs both ops on every device.
+    """
+    if settings is None or _current.get() is not None:
+        yield
+        return
+    token = _current.set(settings)
+    try:
+        yield
+    finally:
+        _current.reset(token)

@@ -1,0 +1,45 @@
+"""A ``tuning()`` block around a forward governs its backward too, on every device.
+
+Autograd runs CUDA backwards on its own device thread, which sees none of the caller's
+``tuning()`` blocks (a ContextVar is per thread); the autograd Functions capture the forward's
+settings and their backward runs under them there. The check: with tuning off and recording on, the
+backward's signature lands in the block's own results file, not in the process default."""
+
+import pytest
+import torch
+
+import tunekit
+from tunekit.tunable import results_store
+
+CASES = {
+    "silu": (lambda x: tunekit.silu(x), "silu_backward"),
+    "gelu": (lambda x: tunekit.gelu(x, approximate="tanh"), "gelu_backward"),
+    "logsumexp": (lambda x: tunekit.logsumexp(x, 1), "logsumexp_backward"),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("case", list(CASES))
+def test_backward_runs_under_the_forward_tuning_block(case, device, tmp_path, isolated_results):
+    fn, backward_op = CASES[case]
+    x = torch.randn(37, 19, device=device, requires_grad=True)
+    scoped = tmp_path / "scoped.sqlite"
+    with tunekit.tuning(results=str(scoped), tuning=False, record_untuned=True):
+        y = fn(x)
+    y.sum().backward()  # outside the block: the forward's settings still apply
+    assert [u.op for u in results_store(str(scoped)).untuned(backward_op)] == [backward_op]
+    assert not results_store(str(isolated_results)).entries(backward_op)  # the default file: nothing tuned
+    expected = x.detach().clone().requires_grad_()
+    ref = {"silu": torch.nn.functional.silu, "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+           "logsumexp": lambda t: torch.logsumexp(t, 1)}[case](expected)
+    ref.sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+
+
+def test_a_block_around_the_backward_itself_wins(tmp_path):
+    x = torch.randn(64, requires_grad=True)
+    y = tunekit.silu(x)  # forward under the defaults
+    scoped = tmp_path / "scoped.sqlite"
+    with tunekit.tuning(results=str(scoped), tuning=False, record_untuned=True):
+        y.sum().backward()  # CPU: the backward runs on this thread, inside the block
+    assert [u.op for u in results_store(str(scoped)).untuned("silu_backward")] == ["silu_backward"]
