@@ -96,3 +96,45 @@ def test_a_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises((RuntimeError, OSError)):
         fast_launch.build(tmp_path)
+
+
+# -- the C++ run of the elementwise candidates (fast_elementwise.cpp) ------------------------------
+@pytest.fixture(scope="module")
+def elementwise():
+    m = fast_launch.load_elementwise()
+    if m is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the C++ elementwise run must build in CI: {fast_launch.elementwise_unavailable()}")
+        pytest.skip(f"C++ elementwise run unavailable: {fast_launch.elementwise_unavailable()}")
+    return m
+
+
+def test_unary_allocates_like_x_and_launches_the_grid(elementwise):
+    x = torch.randn(3, 1001)
+    driver = RecordingDriver(n_args=3)
+    y = elementwise.unary(driver.address, 0xBEEF, 0x77, x, None, 2048, 0)
+    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous() and y.data_ptr() != x.data_ptr()
+    (call,) = driver.calls
+    assert call["function"] == 0xBEEF and call["stream"] == 0x77
+    assert call["grid"] == (-(-3003 // 2048), 1, 1) and call["block"] == (256, 1, 1)
+    assert call["values"] == [x.data_ptr(), y.data_ptr(), 3003]
+
+
+def test_binary_writes_into_out_and_caps_a_persistent_grid(elementwise):
+    dy, x = torch.randn(100000, dtype=torch.float16), torch.randn(100000, dtype=torch.float16)
+    out = torch.empty_like(x)
+    driver = RecordingDriver(n_args=4)
+    got = elementwise.binary(driver.address, 1, 0, dy, x, out, 256, 10)
+    assert got.data_ptr() == out.data_ptr()
+    (call,) = driver.calls
+    assert call["grid"] == (10, 1, 1)  # ceil(100000 / 256) = 391 blocks, capped at one wave of 10
+    assert call["values"] == [dy.data_ptr(), x.data_ptr(), out.data_ptr(), 100000]
+
+
+def test_empty_tensors_launch_nothing_and_errors_raise(elementwise):
+    driver = RecordingDriver(n_args=3)
+    y = elementwise.unary(driver.address, 1, 0, torch.empty(0, 5), None, 256, 0)
+    assert y.shape == (0, 5) and driver.calls == []
+    failing = RecordingDriver(n_args=3, result=719)
+    with pytest.raises(RuntimeError, match="CUresult 719"):
+        elementwise.unary(failing.address, 1, 0, torch.randn(8), None, 256, 0)
