@@ -53,7 +53,7 @@ def main():
     s_ptr, a_ptr = ctypes.c_void_p(stream), ctypes.c_void_p(address)
     xp, yp = x.data_ptr(), y.data_ptr()
     fast = fast_launch.load()
-    entry = fast_launch.driver_entry_point()
+    entry = fast_launch.driver_entry_point() if fast is not None else 0
     fn_int = int(fn)
     rows = [
         ("F.silu(x) (torch: allocation + launch)", lambda: F.silu(x)),
@@ -75,11 +75,6 @@ def main():
         ("x.new_empty(x.shape)", lambda: x.new_empty(x.shape)),
         ("torch.empty(1024, dtype=, device=)", lambda: torch.empty(1024, dtype=torch.float32, device=x.device)),
     ]
-    ew = fast_launch.load_elementwise()
-    if ew is not None:
-        rows[3:3] = [("C++ run: at::empty_like + launch (what CudaElementwise.run calls)",
-                      lambda: ew.unary(entry, fn_int, stream, x, None, 1024, 0)),
-                     ("C++ run, out given (launch only)", lambda: ew.unary(entry, fn_int, stream, x, y, 1024, 0))]
     if fast is not None:
         rows[3:3] = [
             ("C extension launch, tensors passed (what CudaKernel.launch calls)",

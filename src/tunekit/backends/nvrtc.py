@@ -214,13 +214,6 @@ class CudaKernel:
                     fn = self._functions[index] = self._load(index)
         return fn
 
-    def address(self, index: int) -> int:
-        """The CUfunction handle on device ``index`` as an int (loading the module on first use)."""
-        fn = self._addresses.get(index)
-        if fn is None:
-            fn = self._addresses[index] = int(self.function(index))
-        return fn
-
     def _load(self, index: int):
         driver, _ = _bindings()
         err, fn = driver.cuModuleGetFunction(_module(self.filename, self.options, index), self.name.encode())
@@ -244,7 +237,7 @@ class CudaKernel:
         H200 host)."""
         fn = self._addresses.get(device_index)
         if fn is None:
-            fn = self.address(device_index)
+            fn = self._addresses[device_index] = int(self.function(device_index))
         c_launch = _c_launch or _resolve_c_launch()
         if c_launch is not None:
             c_launch(fn, grid, block, _raw_stream(device_index), *args)

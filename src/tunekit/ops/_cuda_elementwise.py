@@ -40,20 +40,6 @@ FORMS = [
 ]
 
 
-#: (unary, binary, driver entry point) of the C++ run, False until resolved, None if unavailable
-_run_ext = False
-_raw_stream = nvrtc._raw_stream
-
-
-def _resolve_run_ext():
-    global _run_ext
-    from ..backends import fast_launch
-
-    module = fast_launch.load_elementwise()
-    _run_ext = None if module is None else (module.unary, module.binary, fast_launch.driver_entry_point())
-    return _run_ext
-
-
 @functools.lru_cache(maxsize=None)
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -73,7 +59,7 @@ class CudaElementwise(Candidate):
         self.load_bytes = load_bytes
         self.per_thread = per_thread
         self.inputs = inputs
-        self._unary = inputs == ("x",)  # one input: the C++ run's unary()
+        self._unary = inputs == ("x",)
         self.persistent = persistent
         self.when = dict(when or {})
         self.kernel = nvrtc.kernel(filename, kernel_name or name)
@@ -106,27 +92,19 @@ class CudaElementwise(Candidate):
     def run(self, p):
         # the cached call's path: every line here is host time on each call
         x = p.x
-        index = x.get_device()
-        fn = self.kernel._addresses.get(index)
-        if fn is None:
-            fn = self.kernel.address(index)
-        cap = _sm_count(index) * PERSISTENT_BLOCKS_PER_SM if self.persistent else 0
-        run_ext = _run_ext or _resolve_run_ext()
-        if run_ext:  # allocation and launch in C++ (backends/fast_elementwise.cpp)
-            unary, binary, entry = run_ext
-            if self._unary:
-                return unary(entry, fn, _raw_stream(index), x, p.out, self.elements_per_block, cap)
-            return binary(entry, fn, _raw_stream(index), *[getattr(p, name) for name in self.inputs], p.out,
-                          self.elements_per_block, cap)
         out = p.out
         if out is None:
             out = torch.empty_like(x)
         n = x.numel()
         if n:
+            index = x.get_device()
             grid = (n + self.elements_per_block - 1) // self.elements_per_block
-            if cap:
-                grid = min(grid, cap)
-            self.kernel.launch(index, grid, BLOCK, *[getattr(p, name) for name in self.inputs], out, n)
+            if self.persistent:
+                grid = min(grid, _sm_count(index) * PERSISTENT_BLOCKS_PER_SM)
+            if self._unary:
+                self.kernel.launch(index, grid, BLOCK, x, out, n)
+            else:
+                self.kernel.launch(index, grid, BLOCK, *[getattr(p, name) for name in self.inputs], out, n)
         return out
 
     def source_hash(self) -> str:
