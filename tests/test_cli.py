@@ -100,3 +100,54 @@ def test_results_option_picks_the_file(capsys, tmp_path):
 def test_python_dash_m_and_version():
     out = subprocess.run([sys.executable, "-m", "tunekit", "--version"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("tunekit ")
+
+
+def test_tune_finishes_recorded_signatures_and_a_second_run_has_nothing_to_do(capsys, tmp_path):
+    import torch
+    import tunekit
+
+    with tunekit.tuning(tuning=False, record_untuned=True):
+        tunekit.silu(torch.randn(33))
+        tunekit.logsumexp(torch.randn(5, 7), 1)
+    assert {u.op for u in tunekit.results_store().untuned()} == {"silu", "logsumexp"}
+    code, out, err = run(capsys, "tune", "--max-tuning-ms", "2000")
+    assert code == 0 and "2 tuned" in out, (out, err)
+    assert tunekit.results_store().untuned() == []
+    assert {e.op for e in tunekit.results_store().entries()} == {"silu", "logsumexp"}
+    code, out, _ = run(capsys, "tune")
+    assert code == 0 and "0 tuned" in out
+
+
+def test_untuned_export_then_tune_from_the_file(capsys, tmp_path):
+    import torch
+    import tunekit
+
+    with tunekit.tuning(tuning=False, record_untuned=True):
+        tunekit.gelu(torch.randn(21), approximate="tanh")
+    target = tmp_path / "untuned.jsonl"
+    code, out, _ = run(capsys, "results", "export-untuned", str(target))
+    assert code == 0 and "1 untuned signature" in out and len(target.read_text().splitlines()) == 1
+    elsewhere = tmp_path / "other.sqlite"
+    code, out, _ = run(capsys, "--results", str(elsewhere), "tune", "--file", str(target))
+    assert code == 0 and "1 tuned" in out
+    assert [e.op for e in tunekit.results_store(str(elsewhere)).entries()] == ["gelu"]
+
+
+def test_import_reports_rows_whose_validators_do_not_match(capsys, tmp_path):
+    import torch
+    import tunekit
+
+    tunekit.silu(torch.randn(12))
+    target = tmp_path / "out.csv"
+    assert run(capsys, "results", "export", str(target))[0] == 0
+    rows = list(csv.DictReader(target.open()))
+    rows[0]["validators"] = json.dumps({**json.loads(rows[0]["validators"]), "torch": "0.0-elsewhere"})  # another torch
+    with target.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    run(capsys, "results", "clear")
+    code, out, _ = run(capsys, "results", "import", str(target))
+    assert code == 0 and "imported 0" in out and "rejected" in out
+    code, out, _ = run(capsys, "results", "import", "--all", str(target))
+    assert code == 0 and "imported 1" in out

@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 from .ops import gelu, gelu_backward, logsumexp, logsumexp_backward, silu, silu_backward, swish
 from . import library  # noqa: F401  registers torch.ops.tunekit.* (torch.compile support)
+from . import distributed
 from . import nn
 from .patch import Patch, patch  # the function shadows the submodule's name: import tunekit.patch's names from it
 from .tunable import (
@@ -26,4 +27,6 @@ from .tunable import (
 )
 
 __all__ = ["silu", "swish", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward", "tuning", "settings", "configure", "explain", "results_store",
-           "nn", "patch", "Patch", "Explanation", "TuningSettings", "TunekitWarning", "__version__"]
+           "nn", "patch", "Patch", "distributed", "Explanation", "TuningSettings", "TunekitWarning", "__version__"]
+
+distributed.enable_from_environment()  # TUNEKIT_DISTRIBUTED=1: rank 0 decides for every rank

@@ -133,6 +133,18 @@ def test_incomplete_entry_is_retuned_next_process_and_used_when_tuning_is_off():
     assert r.entry.complete
 
 
+def test_an_incomplete_online_entry_is_recorded_for_offline_tuning():
+    op = fresh_op({"ref": 4.0, "a": 4.0, "b": 4.0})
+    x = torch.randn(100)
+    with tuning(max_tuning_ms=5.0, record_untuned=True):
+        op(ScaleParams(x))
+    assert results_store().entries("scale")[0].complete is False
+    assert [u.signature for u in results_store().untuned("scale")] == [ScaleParams(x).signature()]
+    with tuning(record_untuned=True):  # a complete tuning records nothing
+        op(ScaleParams(torch.randn(50)))
+    assert len(results_store().untuned("scale")) == 1
+
+
 def test_inplace_tuning_leaves_user_data_as_an_untuned_call_would():
     """PreTuning/PostTuning: candidates run on proxies, so x is doubled exactly once."""
     op = fresh_op({"ref": 2.0, "fast": 1.0, "faster": 0.9})

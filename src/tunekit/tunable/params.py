@@ -66,7 +66,10 @@ class OpParams:
         return total
 
     def spec(self) -> dict[str, Any]:
-        """A JSON-able description from which the inputs could be rebuilt (for offline tuning)."""
+        """A JSON-able description from which the inputs could be rebuilt (for offline tuning).
+
+        An output that *is* one of the inputs (in place) also names it (``"same_as": "x"``): the
+        signature says ``inplace``, and a rebuild must alias the two again (``tunekit.offline``)."""
         out = {"op": self.op_name}
         for name in self.inputs + self.outputs:
             t = getattr(self, name)
@@ -74,6 +77,9 @@ class OpParams:
                 "shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype).removeprefix("torch."),
                 "align": t.data_ptr() % 16, "device": t.device.type,
             }
+            same = next((i for i in self.inputs if getattr(self, i) is t), None) if name in self.outputs else None
+            if t is not None and same is not None:
+                out[name]["same_as"] = same
         return out
 
     def replace(self, **fields) -> "OpParams":

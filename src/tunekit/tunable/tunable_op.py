@@ -37,6 +37,11 @@ __all__ = ["TunableOp", "Resolution", "TUNING_LOCK"]
 #: Held while resolving a miss. Re-entrant: a candidate may call another tunable op while tuning.
 TUNING_LOCK = threading.RLock()
 
+#: Called instead of ``op._resolve_new(params, s, signature, device, device_name)`` when a signature
+#: is met for the first time in this process (None: decide locally). ``tunekit.distributed.enable()``
+#: sets it so that one rank decides and the others follow.
+resolve_hook = None
+
 
 @dataclass
 class Resolution:
@@ -158,7 +163,9 @@ class TunableOp:
             known = decided.get(signature)
             if known is not None:
                 return known
-            r = self._resolve_new(params, s, signature, device, name)
+            hook = resolve_hook
+            r = (hook(self, params, s, signature, device, name) if hook is not None
+                 else self._resolve_new(params, s, signature, device, name))
             if r.cache:
                 decided[signature] = r
             return r
@@ -203,14 +210,24 @@ class TunableOp:
             store.put(entry)
         except Exception as exc:  # a results file we cannot write must not break the op
             warnings.warn(f"tunekit: could not save tuning result: {exc}", TunekitWarning, stacklevel=5)
-        for other_id, choices in self._choices.items():
-            if other_id[0] == s.cache_id[0] and not other_id[1]:  # tuning-off caches of this store: may hold the default
-                self._decided.get(other_id, {}).pop(signature, None)
-                choices.clear()
+        self._forget_untuned_choices(s, signature)
+        if not report.complete and s.record_untuned:  # offline tuning (tunekit tune) finishes the job
+            try:
+                store.record_untuned(self.name, signature, device_name, params.spec())
+            except Exception as exc:
+                warnings.warn(f"tunekit: could not record untuned signature: {exc}", TunekitWarning, stacklevel=5)
         why = "tuned now" + (f" (stored entry ignored: {stale})" if stale else "")
         if not report.complete:
             why += "; budget exhausted, entry marked incomplete"
         return Resolution(self._by_name[report.choice], why, signature, device_name, entry)
+
+    def _forget_untuned_choices(self, s, signature: str) -> None:
+        """After ``signature`` was tuned into the store ``s`` names: drop what the tuning-off caches of
+        that store decided (they may hold the default)."""
+        for other_id, choices in self._choices.items():
+            if other_id[0] == s.cache_id[0] and not other_id[1]:  # tuning-off caches of this store: may hold the default
+                self._decided.get(other_id, {}).pop(signature, None)
+                choices.clear()
 
     def __repr__(self) -> str:
         names = ", ".join(c.name + ("*" if c is self.default else "") for c in self.candidates)

@@ -1,0 +1,198 @@
+"""Offline tuning on several GPUs at once: one worker process per GPU, one shared results store.
+
+Why processes, not threads: tuning times kernels, and every worker needs its own CUDA context and
+its own Python interpreter so that one GPU's host work (compiling, launching, synchronising) never
+queues behind another's. Workers start with ``spawn`` (a forked CUDA context is unusable).
+
+How work is shared: there is no plan. Every worker (and, by default, this process on the first
+GPU, so no device idles while workers import torch) repeatedly claims the next free record from
+the store (``tunekit._claims``: one SQLite write transaction per claim), tunes it with
+:func:`tunekit.offline.process` and writes its entry to the same file. Fast workers simply take
+more. A worker that dies leaves a claim whose owner process is gone: the others retake it, and
+after every worker has exited this process sweeps what is left, so a run ends with every record
+that can be tuned tuned. On a machine without GPUs (tests) ``gpus=None`` runs ``workers`` CPU
+workers on the CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import queue as queue_module
+import time
+import traceback
+import uuid
+
+import torch
+
+from . import _claims, offline
+from .tunable import validators
+from .tunable.context import TuningSettings
+from .tunable.results import ResultsStore
+
+__all__ = ["tune_parallel", "parse_gpus"]
+
+
+def parse_gpus(text: str | int | None) -> list[int]:
+    """``--gpus`` as GPU indices: "all" (every visible GPU), "N" (the first N), "0,2" (those)."""
+    count = torch.cuda.device_count()
+    if text is None:
+        return [torch.cuda.current_device()] if count else []
+    text = str(text).strip().lower()
+    if text == "all":
+        gpus = list(range(count))
+    elif text.isdigit():
+        gpus = list(range(int(text)))
+    else:
+        try:
+            gpus = [int(t) for t in text.split(",") if t.strip()]
+        except ValueError:
+            raise ValueError(f"--gpus {text!r}: expected all, a count, or indices like 0,1") from None
+    bad = [g for g in gpus if not 0 <= g < count]
+    if not gpus or bad:
+        raise ValueError(f"--gpus {text!r}: this machine has {count} visible GPU(s)")
+    return gpus
+
+
+def _worker(index, store_path, device, settings, ops, keys, run, lease_s, attempts, messages, initializer):
+    """One worker process: tune claimed records on ``device`` until none is free."""
+    try:
+        if initializer is not None:
+            initializer(index)
+        device = torch.device(device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        store = ResultsStore(store_path)
+        settings = TuningSettings(**settings)
+
+        def event(kind, label):
+            messages.put(("event", index, kind, label))
+
+        summary = offline.work(store, device, settings, run=run, ops=ops, keys=keys, lease_s=lease_s,
+                               attempts=attempts, event=event)
+        messages.put(("summary", index, summary.as_dict()))
+    except BaseException:
+        messages.put(("error", index, traceback.format_exc()))
+        raise
+
+
+def _fields(settings) -> dict:
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+
+
+def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | None = None, ops=None, keys=None,
+                  settings=None, progress: offline.Progress | None = None, lease_s: float = offline.DEFAULT_LEASE_S,
+                  attempts: int = offline.ATTEMPTS, local_worker: bool = True, initializer=None) -> offline.TuneSummary:
+    """Tune every recorded untuned signature of the GPUs' device name in the store at ``store_path``
+    with one worker per GPU in ``gpus`` (indices; see :func:`parse_gpus`), all writing to that file.
+
+    ``gpus=None``: ``workers`` (default 2) workers on the CPU. ``local_worker``: this process is the
+    first worker (on ``gpus[0]``) instead of spawning it. ``initializer(index)``: called first in
+    every spawned worker (a picklable callable; tests use it to register ops or to kill a worker).
+    ``progress(done, total, label)`` runs here, fed by every worker. The other keywords are
+    :func:`tunekit.offline.tune_recorded`'s. The GPUs must all be of one model (their records share
+    a device name); the summary's ``workers`` lists each worker's counts and exit code.
+    """
+    start = time.perf_counter()
+    if gpus is not None and not gpus:
+        raise ValueError("gpus is empty: no device to tune on")
+    devices = [f"cuda:{g}" for g in gpus] if gpus is not None else ["cpu"] * (workers or 2)
+    names = {validators.device_name(torch.device(d)) for d in devices}
+    if len(names) > 1:
+        raise ValueError(f"the GPUs are of different models ({', '.join(sorted(names))}): tune each model apart")
+    store = offline.as_store(store_path)
+    if store.in_memory:
+        raise ValueError(f"{store_path!r} is not a usable results file ({store.problem or 'in memory'}): "
+                         "workers need a file to share")
+    ops, settings = offline.check_ops(ops), offline.offline_settings(settings, store)
+    name = names.pop()
+    records, _ = _claims.pending(store, name, ops=ops, keys=keys)
+    run = uuid.uuid4().hex
+    summary = offline.TuneSummary(device=name)
+    ctx = multiprocessing.get_context("spawn")
+    messages = ctx.Queue()
+    first = 1 if local_worker else 0
+    procs = []
+    for index in range(first, len(devices)):
+        p = ctx.Process(target=_worker, name=f"tunekit-tune-{index}",
+                        args=(index, store.path, devices[index], _fields(settings), ops, keys, run, lease_s,
+                              attempts, messages, initializer))
+        p.start()
+        procs.append((index, p))
+    done = 0
+    reports: dict[int, dict] = {}
+    stopped: set[int] = set()  # workers ended by us when nothing was left for them
+    heard: set[int] = set()  # workers that sent a message (they are working)
+
+    def on_event(index, kind, label):
+        nonlocal done
+        if kind == "start":
+            if progress is not None:
+                progress(done, len(records), f"[{devices[index]}] {label}")
+        else:
+            done += 1
+
+    def drain(timeout: float = 0.0) -> None:
+        while True:
+            try:
+                message = messages.get(timeout=timeout) if timeout else messages.get_nowait()
+            except queue_module.Empty:
+                return
+            timeout = 0.0
+            heard.add(message[1])
+            if message[0] == "event":
+                on_event(*message[1:])
+            elif message[0] == "summary":
+                worker_summary = offline.TuneSummary.from_dict(message[2])
+                summary.add(worker_summary)
+                reports[message[1]] = _report(message[1], devices[message[1]], worker_summary)
+            else:
+                index = message[1]
+                reports.setdefault(index, {"worker": index, "device": devices[index]})["error"] = message[2]
+
+    try:
+        if local_worker:
+            local = _local(store, devices[0], settings, run, ops, keys, lease_s, attempts,
+                           lambda kind, label: (drain(), on_event(0, kind, label)))
+            summary.add(local)
+            reports[0] = _report(0, devices[0], local, "this process")
+        while any(p.is_alive() for _, p in procs):
+            drain(timeout=0.1)
+            if not _claims.unfinished(store, name, run=run, ops=ops, keys=keys):
+                for index, p in procs:  # still starting up, or about to find nothing: no claim is held
+                    if p.is_alive() and index not in heard:  # (one that worked is about to report: let it)
+                        p.terminate()
+                        stopped.add(index)
+        for _, p in procs:
+            p.join()
+        drain()
+        # claims of workers that died are free now (their processes are reaped): finish them here
+        sweep = _local(store, devices[0], settings, run, ops, keys, lease_s, attempts,
+                       lambda kind, label: on_event(0, kind, label))
+        summary.add(sweep)
+        if sweep.done:
+            reports[len(devices)] = _report("sweep", devices[0], sweep, "this process, after the workers")
+    finally:
+        for _, p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    for index, p in procs:
+        report = reports.setdefault(index, {"worker": index, "device": devices[index], "where": "spawned"})
+        report["exitcode"] = p.exitcode
+        if index in stopped and "tuned" not in report:
+            report["stopped"] = "nothing was left to tune when it started"
+    summary.workers = [reports[k] for k in sorted(reports)]
+    return offline.finish(summary, store, name, ops, keys, records, start, progress)
+
+
+def _local(store, device, settings, run, ops, keys, lease_s, attempts, event) -> offline.TuneSummary:
+    device = torch.device(device)
+    with offline._on(device):
+        return offline.work(store, device, settings, run=run, ops=ops, keys=keys, lease_s=lease_s,
+                            attempts=attempts, event=event)
+
+
+def _report(index, device, s: offline.TuneSummary, where: str = "spawned") -> dict:
+    return {"worker": index, "device": device, "where": where, "tuned": s.tuned, "incomplete": s.incomplete,
+            "already": s.already, "failed": len(s.failed), "exitcode": None}
