@@ -157,8 +157,10 @@ def main(argv=None) -> int:
     with tuning(results=own, max_tuning_ms=budget):
         op(ScaleParams(x))
         together = gather(op.resolve(ScaleParams(x)).candidate.name)
-        check("skew", set(together) == {alone[0]},
-              f"with tunekit.distributed every rank runs rank 0's choice: {together}")
+        # rank 0 tuned again into a fresh store: its choice may differ from its "alone" one (timing
+        # noise between the default and a challenger), but every rank must run that one choice
+        check("skew", len(set(together)) == 1,
+              f"with tunekit.distributed every rank runs rank 0's choice: {together} (alone: {alone})")
         training_step(device, args.smoke)
         if device.type == "cuda":
             torch.cuda.synchronize()

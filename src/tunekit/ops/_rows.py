@@ -296,7 +296,6 @@ def cuda_candidates() -> list[_CudaReduction]:
                                 split=True, kernel=f"logsumexp_block_{sfx}{tail}"))
             out.append(CudaColumns(f"logsumexp_columns_{sfx}{tail}", dtype, vec=v, unroll=unroll))
         out.append(CudaColumns(f"logsumexp_columns_narrow_{sfx}_vec", dtype, vec=vec, unroll=4, ix=8))
-        out.append(CudaColumns(f"logsumexp_columns_narrow_u8_{sfx}_vec", dtype, vec=vec, unroll=8, ix=8))
     return out
 
 

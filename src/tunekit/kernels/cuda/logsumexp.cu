@@ -268,7 +268,6 @@ __device__ __forceinline__ void combine(const float2* partials, T* out, long lon
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix, T, 1, 8, 32)                                         \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix##_vec, T, VEC, 4, 32)                                 \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_narrow_##suffix##_vec, T, VEC, 4, 8)                           \
-  TUNEKIT_LSE_COLUMNS(logsumexp_columns_narrow_u8_##suffix##_vec, T, VEC, 8, 8)                        \
   extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
       logsumexp_combine_##suffix(const float2* partials, T* out, long long n, long long splits) {      \
     combine<T>(partials, out, n, splits);                                                              \
