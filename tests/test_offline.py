@@ -249,12 +249,14 @@ def _check_complete(store, n):
     assert store.untuned() == [] and all(e.complete for e in store.entries())
 
 
-def test_two_worker_processes_share_the_work(isolated_results):
+@pytest.mark.parametrize("start_method", [None, "spawn"])  # None: fork here (Linux, no CUDA initialised)
+def test_two_worker_processes_share_the_work(isolated_results, start_method):
     offline_workers.record(isolated_results, range(60, 68))
     barrier = multiprocessing.get_context("spawn").Barrier(2)
     with tuning(max_tuning_ms=BUDGET):
         summary = parallel.tune_parallel(str(isolated_results), None, workers=2, local_worker=False,
-                                         initializer=functools.partial(offline_workers.meet_then_slow, barrier, 0.2))
+                                         initializer=functools.partial(offline_workers.meet_then_slow, barrier, 0.2),
+                                         start_method=start_method)
     _check_complete(results_store(), 8)
     assert summary.tuned == 8 and summary.failed == []  # each signature tuned exactly once
     spawned = [w for w in summary.workers if w["where"] == "spawned"]
@@ -271,6 +273,15 @@ def test_a_killed_workers_signature_is_retaken(isolated_results):
     assert summary.tuned == 6
     victim = next(w for w in summary.workers if w["worker"] == 1)
     assert victim["exitcode"] == -9 and "tuned" not in victim
+
+
+def test_workers_fork_unless_cuda_is_initialised_here(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert parallel._start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # a forked CUDA context is unusable
+    assert parallel._start_method() == "spawn"
 
 
 def test_this_process_works_too_and_progress_counts_every_worker(isolated_results):
