@@ -68,7 +68,9 @@ def assert_same_step(patched, reference, rtol=RTOL, atol=ATOL):
 
 @pytest.fixture
 def runs(monkeypatch):
-    return CandidateRuns(monkeypatch, "silu", "gelu", "silu_backward", "gelu_backward", "logsumexp")
+    spies = CandidateRuns(monkeypatch, "silu", "gelu", "silu_backward", "gelu_backward", "logsumexp")
+    yield spies
+    spies.close()
 
 
 @pytest.fixture

@@ -25,7 +25,9 @@ IDS = ["silu", "gelu", "gelu_tanh"]
 
 @pytest.fixture
 def runs(monkeypatch):
-    return CandidateRuns(monkeypatch, "silu", "gelu", "silu_backward", "gelu_backward")
+    spies = CandidateRuns(monkeypatch, "silu", "gelu", "silu_backward", "gelu_backward")
+    yield spies
+    spies.close()
 
 
 def rand(shape, dtype, requires_grad=False):

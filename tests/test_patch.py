@@ -74,7 +74,9 @@ def torch_as_it_was():
 
 @pytest.fixture
 def runs(monkeypatch):
-    return CandidateRuns(monkeypatch, *ALL_OPS)
+    spies = CandidateRuns(monkeypatch, *ALL_OPS)
+    yield spies
+    spies.close()
 
 
 def rand(shape, dtype, scale=3.0, **kw):

@@ -20,13 +20,19 @@ more. A worker that dies leaves a claim whose owner process is gone: the others 
 after every worker has exited this process sweeps what is left, so a run ends with every record
 that can be tuned tuned. On a machine without GPUs (tests) ``gpus=None`` runs ``workers`` CPU
 workers on the CPU.
+
+How workers report: each through its own pipe, not one shared ``multiprocessing.Queue``. A queue's
+writers share one lock; a worker that dies while holding it (this process terminates workers that
+are still starting when nothing is left for them; a user may SIGKILL one) leaves it held forever,
+and every other worker then hangs when it flushes its queue at exit: seen as an intermittent hang
+of the tests. A dead worker's own pipe only breaks that pipe.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import queue as queue_module
+import multiprocessing.connection
 import sys
 import time
 import traceback
@@ -71,13 +77,14 @@ def _start_method() -> str:
 
 
 def _worker(index, store_path, device, settings, ops, keys, run, lease_s, attempts, messages, initializer):
-    """One worker process: tune claimed records on ``device`` until none is free."""
+    """One worker process: tune claimed records on ``device`` until none is free; ``messages`` is
+    the sending end of this worker's pipe."""
     try:
         device = torch.device(device)
         if device.type == "cuda" and torch.cuda._is_in_bad_fork():
             # forked from a process whose CUDA driver was initialised (torch.cuda.is_available() does
             # that): this process can never use CUDA; the parent starts a spawned one instead
-            messages.put(("respawn", index))
+            messages.send(("respawn", index))
             return
         if initializer is not None:
             initializer(index)
@@ -87,14 +94,16 @@ def _worker(index, store_path, device, settings, ops, keys, run, lease_s, attemp
         settings = TuningSettings(**settings)
 
         def event(kind, label):
-            messages.put(("event", index, kind, label))
+            messages.send(("event", index, kind, label))
 
         summary = offline.work(store, device, settings, run=run, ops=ops, keys=keys, lease_s=lease_s,
                                attempts=attempts, event=event)
-        messages.put(("summary", index, summary.as_dict()))
+        messages.send(("summary", index, summary.as_dict()))
     except BaseException:
-        messages.put(("error", index, traceback.format_exc()))
+        messages.send(("error", index, traceback.format_exc()))
         raise
+    finally:
+        messages.close()
 
 
 def _fields(settings) -> dict:
@@ -126,16 +135,23 @@ def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | N
                          "workers need a file to share")
     ops, settings = offline.check_ops(ops), offline.offline_settings(settings, store)
     run = uuid.uuid4().hex
+    pipes: dict[int, multiprocessing.connection.Connection] = {}  # worker index -> the receiving end
+
+    def start_worker(index, context):
+        receiving, sending = context.Pipe(duplex=False)
+        p = context.Process(target=_worker, name=f"tunekit-tune-{index}",
+                            args=(index, store.path, devices[index], _fields(settings), ops, keys, run, lease_s,
+                                  attempts, sending, initializer))
+        p.start()
+        sending.close()  # the worker holds the only sending end: its death ends the pipe
+        pipes[index] = receiving
+        return p
+
     ctx = multiprocessing.get_context(start_method or _start_method())
-    messages = ctx.Queue()
     first = 1 if local_worker else 0
     procs = []
     for index in range(first, len(devices)):  # first, before this process touches CUDA (fork)
-        p = ctx.Process(target=_worker, name=f"tunekit-tune-{index}",
-                        args=(index, store.path, devices[index], _fields(settings), ops, keys, run, lease_s,
-                              attempts, messages, initializer))
-        p.start()
-        procs.append((index, p))
+        procs.append((index, start_worker(index, ctx)))
     try:
         names = {validators.device_name(torch.device(d)) for d in devices}
         if len(names) > 1:
@@ -163,11 +179,26 @@ def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | N
 
     closing = False  # set once the workers are done: no replacement is started after that
 
+    def receive(timeout: float):
+        """The next message of any worker, or None after ``timeout`` s; a pipe whose worker ended
+        (or died mid-message) is closed and dropped."""
+        while pipes:
+            ready = multiprocessing.connection.wait(list(pipes.values()), timeout)
+            if not ready:
+                return None
+            for conn in ready:
+                try:
+                    return conn.recv()
+                except Exception:  # EOF, or a message cut short by the worker's death
+                    conn.close()
+                    del pipes[next(i for i, c in pipes.items() if c is conn)]
+        time.sleep(timeout)  # no pipe left to wait on: still pace the caller's polling
+        return None
+
     def drain(timeout: float = 0.0) -> None:
         while True:
-            try:
-                message = messages.get(timeout=timeout) if timeout else messages.get_nowait()
-            except queue_module.Empty:
+            message = receive(timeout)
+            if message is None:
                 return
             timeout = 0.0
             heard.add(message[1])
@@ -178,11 +209,8 @@ def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | N
                 heard.discard(index)
                 if closing:  # the run is over: the sweep below does what is left
                     continue
-                replacement = multiprocessing.get_context("spawn").Process(
-                    target=_worker, name=f"tunekit-tune-{index}",
-                    args=(index, store.path, devices[index], _fields(settings), ops, keys, run, lease_s, attempts,
-                          messages, initializer))
-                replacement.start()
+                pipes.pop(index).close()
+                replacement = start_worker(index, multiprocessing.get_context("spawn"))
                 procs[:] = [(i, q) for i, q in procs if i != index] + [(index, replacement)]
             elif message[0] == "summary":
                 worker_summary = offline.TuneSummary.from_dict(message[2])

@@ -1,6 +1,8 @@
 """tunekit.gelu and gelu_backward, both forms: every candidate against a float64 reference, the public
 API's semantics, autograd, tuning on real data."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -72,6 +74,34 @@ def test_public_gelu_tunes_and_matches_torch(approximate, dtype, device):
     close(y, F.gelu(x.double(), approximate=approximate), dtype)
     entries = results_store().entries("gelu")
     assert len(entries) == 1 and f"approximate={approximate}" in entries[0].signature
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_cached_call_runs_the_runner_of_its_own_approximation(dtype, device, monkeypatch):
+    """The fast path keys on ``approximate`` too: each form gets its own choice's runner."""
+    x = (torch.randn(257, 129, device=device) * 3).to(dtype)
+    module = sys.modules["tunekit.ops.gelu"]
+    expected_calls = 0
+    for approximate in APPROXIMATE:
+        tunekit.gelu(x, approximate)
+        chosen = gelu_op.resolve(GeluParams(x, approximate)).candidate
+        has_runner = chosen.fast_runner is not None and chosen.fast_runner(GeluParams(x, approximate)) is not None
+        expected_calls += 0 if has_runner else 1
+    calls = []
+    monkeypatch.setattr(module, "_gelu_call", lambda p: calls.append(p) or gelu_op.call(p))
+    for approximate in APPROXIMATE:
+        close(tunekit.gelu(x, approximate), F.gelu(x.double(), approximate=approximate), dtype)
+    assert len(calls) == expected_calls
+
+
+def test_the_fast_path_never_mixes_the_two_forms():
+    x = torch.randn(4096) * 3
+    for first, second in (("none", "tanh"), ("tanh", "none")):
+        gelu_op.forget()
+        tunekit.gelu(x, first)
+        tunekit.gelu(x, first)  # its runner is cached
+        close(tunekit.gelu(x, second), F.gelu(x.double(), approximate=second), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

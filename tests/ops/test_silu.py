@@ -1,6 +1,8 @@
 """tunekit.silu and silu_backward: every candidate against a float64 reference, the public API's semantics,
 autograd, tuning on real data."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -101,6 +103,25 @@ def test_view_of_x_as_out_is_an_inplace_call():
     result = tunekit.silu(x, out=x.view(100))
     assert result.data_ptr() == x.data_ptr()
     torch.testing.assert_close(x, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_cached_call_runs_the_choices_runner_without_params(dtype, device, monkeypatch):
+    """The public function's fast path: after the first call, a call of the same key goes straight
+    to the choice's runner (no params, no tunable-op call) when the choice offers one."""
+    x = inputs((257, 129), dtype, device)
+    tunekit.silu(x)
+    chosen = silu_op.resolve(SiluParams(x)).candidate
+    has_runner = chosen.fast_runner is not None and chosen.fast_runner(SiluParams(x)) is not None
+    module = sys.modules["tunekit.ops.silu"]
+    calls = []
+    monkeypatch.setattr(module, "_silu_call", lambda p: calls.append(p) or silu_op.call(p))
+    fresh = inputs((257, 129), dtype, device)  # another tensor of the same key
+    check(tunekit.silu(fresh), fresh)
+    assert len(calls) == (0 if has_runner else 1), chosen.name
+    check(tunekit.silu(fresh.t()), fresh.t())  # not contiguous: the params path
+    assert len(calls) == (1 if has_runner else 2)
 
 
 def test_bad_arguments_get_clear_errors():

@@ -74,6 +74,24 @@ def test_a_device_time_tie_goes_to_the_candidate_with_less_host_time(cuda):
     assert report.candidates["slow_host"].status == "slower"
 
 
+def test_host_time_breaks_no_tie_when_the_device_is_the_bottleneck(cuda):
+    def slow_host(p):
+        """torch's kernel after 40 us of host work, on an input whose kernel takes ~150 us"""
+        end = time.perf_counter() + 40e-6
+        while time.perf_counter() < end:
+            pass
+        return torch_silu(p)
+
+    op = TunableOp("silu_device_bound_tie", SiluParams)
+    op.add(slow_host, default=True)
+    op.add(torch_silu)
+    params = SiluParams(torch.randn(1 << 26, device=cuda))
+    with tuning(max_tuning_ms=5000, margin=0.03) as s:
+        report = find_fastest(op, params, s)
+    assert report.choice == "slow_host", report.candidates  # the same kernel: the default keeps its place
+    assert "host time" not in report.candidates["slow_host"].reason
+
+
 def test_small_inputs_are_rotated_to_stay_cold_in_l2(cuda):
     params = SiluParams(torch.randn(1 << 16, device=cuda))
     sets = input_sets(params, make_trial(params))

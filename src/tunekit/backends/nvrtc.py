@@ -214,6 +214,13 @@ class CudaKernel:
                     fn = self._functions[index] = self._load(index)
         return fn
 
+    def address(self, index: int) -> int:
+        """The CUfunction handle on device ``index`` as an int (loading the module on first use)."""
+        fn = self._addresses.get(index)
+        if fn is None:
+            fn = self._addresses[index] = int(self.function(index))
+        return fn
+
     def _load(self, index: int):
         driver, _ = _bindings()
         err, fn = driver.cuModuleGetFunction(_module(self.filename, self.options, index), self.name.encode())
@@ -237,7 +244,7 @@ class CudaKernel:
         H200 host)."""
         fn = self._addresses.get(device_index)
         if fn is None:
-            fn = self._addresses[device_index] = int(self.function(device_index))
+            fn = self.address(device_index)
         c_launch = _c_launch or _resolve_c_launch()
         if c_launch is not None:
             c_launch(fn, grid, block, _raw_stream(device_index), *args)
@@ -260,6 +267,17 @@ class CudaKernel:
 #: ``launch(function, grid, block, stream, *args)`` of the C extension bound to the driver's entry
 #: point; False until first resolved, None when the extension is unavailable
 _c_launch = False
+
+
+def direct_launch():
+    """``launch(function, grid, block, stream, *args)`` of the C extension (``function`` from
+    :meth:`CudaKernel.address`, ``stream`` a raw handle), or None when it is unavailable: for
+    callers that bind everything but the tensors once (the candidates' fast runners)."""
+    return _c_launch if _c_launch is not False else _resolve_c_launch()
+
+
+#: the raw handle of torch's current stream on a device: ``current_stream(index)``
+current_stream = _raw_stream
 
 
 def _resolve_c_launch():

@@ -98,14 +98,38 @@ class CudaElementwise(Candidate):
         n = x.numel()
         if n:
             index = x.get_device()
-            grid = (n + self.elements_per_block - 1) // self.elements_per_block
-            if self.persistent:
-                grid = min(grid, _sm_count(index) * PERSISTENT_BLOCKS_PER_SM)
+            grid = self._grid(n, index)
             if self._unary:
                 self.kernel.launch(index, grid, BLOCK, x, out, n)
             else:
                 self.kernel.launch(index, grid, BLOCK, *[getattr(p, name) for name in self.inputs], out, n)
         return out
+
+    def _grid(self, n: int, index: int) -> int:
+        grid = (n + self.elements_per_block - 1) // self.elements_per_block
+        return min(grid, _sm_count(index) * PERSISTENT_BLOCKS_PER_SM) if self.persistent else grid
+
+    def fast_runner(self, p):
+        """``run`` for unary params with ``out`` None, as a function of ``x`` with the kernel's address,
+        grid and launch entry bound: what the fast path calls (one frame, one allocation, one launch).
+        Valid for every ``x`` of this cache key (dtype, element count, alignment, device)."""
+        launch = nvrtc.direct_launch()
+        x = p.x
+        n = x.numel()
+        if not self._unary or p.out is not None or launch is None or n == 0:
+            return None
+        index = x.get_device()
+        function = self.kernel.address(index)
+        grid = self._grid(n, index)
+        stream = nvrtc.current_stream
+        empty_like = torch.empty_like
+
+        def runner(x):
+            out = empty_like(x)
+            launch(function, grid, BLOCK, stream(index), x, out, n)
+            return out
+
+        return runner
 
     def source_hash(self) -> str:
         return hash_source(self.kernel.source_hash(), self.kernel.name, self.load_bytes, self.per_thread, BLOCK,

@@ -58,6 +58,11 @@ class UnaryParams(OpParams):
             return (x.dtype, x.numel(), x.data_ptr() & 15, x.device, tail)
         return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.device, tail)
 
+    def fast_form(self) -> bool:
+        # the public functions' fast path: ``out`` None, ``x`` contiguous, whose key they build inline
+        # as (x.dtype, x.numel(), x.data_ptr() & 15, x.device), the first branch of cache_key above
+        return self.out is None and self.x.is_contiguous()
+
     def signature(self) -> str:
         x = self.x
         dest = _destination(self.out, [("x", x)]).replace("inplace:x", "inplace")

@@ -99,6 +99,13 @@ def torch_gelu(p: GeluParams) -> torch.Tensor:
     return _gelu(p.x, approximate=p.approximate, out=p.out)
 
 
+def _torch_gelu_runner(approximate: str):
+    """``torch_gelu``'s run for ``out`` None with ``approximate`` bound (a runner: see tunable_op)."""
+    if approximate == "none":
+        return _gelu
+    return lambda x: _gelu(x, approximate=approximate)
+
+
 def make_params(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None = None,
                 inplace: bool = False) -> GeluParams:
     """Validate the public arguments into params."""
@@ -113,7 +120,7 @@ def make_example(shape, dtype=torch.float32, device="cpu", approximate: str = "n
 
 gelu_op = register(TunableOp("gelu", GeluParams, make_params=make_params, make_example=make_example,
                              tolerance=gelu_tolerance))
-gelu_op.add(torch_gelu, default=True)
+gelu_op.add(torch_gelu, default=True, fast_runner=lambda p: _torch_gelu_runner(p.approximate))
 for _c in (cuda_candidates("gelu.cu", "gelu", when={"approximate": "none"})
            + cuda_candidates("gelu.cu", "gelu_tanh", when={"approximate": "tanh"})
            + triton_candidates("gelu", "gelu_forward_kernel", ("x",), _tanh_flag)):
@@ -177,11 +184,14 @@ def gelu(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None
     if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
         from ..library import compiled_gelu
         return compiled_gelu(x, approximate, out=out, inplace=inplace)
-    if (out is None and not inplace and type(x) is torch.Tensor and x.is_floating_point()
-            and (approximate == "none" or approximate == "tanh")):
-        if not (x.requires_grad and _grad_enabled()):  # the common call, kept short
-            return _gelu_call(GeluParams(x, approximate))
-        return GeluFunction.apply(x, approximate)
+    if out is None and not inplace:  # the common call, kept short
+        y = gelu_op.fast_call(x, approximate)  # the cached choice's runner (tunable/fast_path.py), or None
+        if y is not None:
+            return y
+        if type(x) is torch.Tensor and x.is_floating_point() and (approximate == "none" or approximate == "tanh"):
+            if not (x.requires_grad and _grad_enabled()):
+                return _gelu_call(GeluParams(x, approximate))
+            return GeluFunction.apply(x, approximate)
     params = make_params(x, approximate, out=out, inplace=inplace)
     if x.requires_grad and torch.is_grad_enabled():
         return GeluFunction.apply(x, approximate) if params.out is None else torch_gelu(params)

@@ -74,7 +74,7 @@ def make_example(shape, dtype=torch.float32, device="cpu") -> SiluParams:
 
 
 silu_op = register(TunableOp("silu", SiluParams, make_params=make_params, make_example=make_example))
-silu_op.add(torch_silu, default=True)
+silu_op.add(torch_silu, default=True, fast_runner=lambda p: _silu)  # run(p) is _silu(p.x) when out is None
 silu_op.add(torch_x_sigmoid)
 for _c in cuda_candidates("silu.cu", "silu") + triton_candidates("silu", "silu_forward_kernel", ("x",)):
     silu_op.add(_c)
@@ -133,10 +133,14 @@ def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = Fa
     if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
         from ..library import compiled_silu
         return compiled_silu(x, out=out, inplace=inplace)
-    if out is None and not inplace and type(x) is torch.Tensor and x.is_floating_point():
-        if not (x.requires_grad and _grad_enabled()):  # the common call, kept short
-            return _silu_call(SiluParams(x))
-        return SiluFunction.apply(x)
+    if out is None and not inplace:  # the common call, kept short
+        y = silu_op.fast_call(x)  # the cached choice's runner (tunable/fast_path.py), or None
+        if y is not None:
+            return y
+        if type(x) is torch.Tensor and x.is_floating_point():
+            if not (x.requires_grad and _grad_enabled()):
+                return _silu_call(SiluParams(x))
+            return SiluFunction.apply(x)
     params = make_params(x, out=out, inplace=inplace)
     if x.requires_grad and torch.is_grad_enabled():
         return SiluFunction.apply(x) if params.out is None else torch_silu(params)

@@ -3,6 +3,10 @@
 A candidate has a ``name``, ``supports(params) -> None | str`` (None when it can run these inputs,
 otherwise the reason it cannot: dtype, alignment, size, missing backend, no GPU), ``run(params)``
 returning the op's result, and ``source_hash()`` so stored results go stale when its code changes.
+Optionally ``fast_runner(params)``: a function of the op's input tensors alone (positionally, as
+``params.inputs`` names them) with everything else bound, computing what ``run`` computes for any
+params of the same cache key in fast form (``params.fast_form()``), or None. The public functions
+call it instead of ``run`` on the cached path (see ``tunable_op``).
 
 ``run`` writes into the output buffers that ``params`` carries when they are given (``params.out``
 not None); when they are None it may allocate its own. While tuning, outputs are always given and
@@ -58,6 +62,10 @@ class Candidate:
     def source_hash(self) -> str:
         return hash_source(inspect.getsource(type(self)))
 
+    def fast_runner(self, params):
+        """None: this candidate has no runner (the fast path falls back to ``run``)."""
+        return None
+
     def __repr__(self) -> str:
         return f"<candidate {self.name}>"
 
@@ -66,17 +74,20 @@ class FunctionCandidate:
     """A function (or closure) ``fn(params) -> result`` seen as a candidate.
 
     ``run`` is the function itself, stored on the instance, so calling a candidate costs no extra frame.
+    ``fast_runner``: None, or a function ``params -> runner`` (see the module docstring).
     """
 
-    __slots__ = ("name", "run", "_supports", "_hash")
+    __slots__ = ("name", "run", "_supports", "_hash", "fast_runner")
 
-    def __init__(self, fn: Callable, name: str | None = None, supports: Callable | None = None, source_hash: str | None = None):
+    def __init__(self, fn: Callable, name: str | None = None, supports: Callable | None = None, source_hash: str | None = None,
+                 fast_runner: Callable | None = None):
         if not callable(fn):
             raise TypeError(f"a candidate must be callable, got {fn!r}")
         self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
         self.run = fn
         self._supports = supports
         self._hash = source_hash
+        self.fast_runner = fast_runner
 
     def supports(self, params) -> str | None:
         return None if self._supports is None else self._supports(params)
@@ -93,17 +104,17 @@ class FunctionCandidate:
         return f"<candidate {self.name}>"
 
 
-def as_candidate(obj, name: str | None = None, supports: Callable | None = None):
+def as_candidate(obj, name: str | None = None, supports: Callable | None = None, fast_runner: Callable | None = None):
     """Adapt ``obj`` to the candidate interface: objects that have it pass through; callables wrap."""
     if hasattr(obj, "run") and hasattr(obj, "supports") and hasattr(obj, "name"):
         if name is not None and name != obj.name:
             raise ValueError(f"candidate {obj.name!r} cannot be renamed to {name!r}")
-        if supports is not None:
-            raise ValueError("supports= only applies to plain functions")
+        if supports is not None or fast_runner is not None:
+            raise ValueError("supports= and fast_runner= only apply to plain functions")
         if not hasattr(obj, "source_hash"):
             raise TypeError(f"candidate {obj.name!r} has no source_hash()")
         return obj
-    return FunctionCandidate(obj, name=name, supports=supports)
+    return FunctionCandidate(obj, name=name, supports=supports, fast_runner=fast_runner)
 
 
 def candidate(fn: Callable | None = None, *, name: str | None = None, supports: Callable | None = None):

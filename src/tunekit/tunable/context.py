@@ -33,6 +33,8 @@ class TuningSettings:
     use_stored: bool = True
     #: Wall-clock budget of one signature's tuning, in ms: support checks, compilation, numerical
     #: checks, probes and timed runs all count. Past it, tuning stops and the entry is marked incomplete.
+    #: Offline tuning (``tunekit tune``) runs every candidate once before it, outside the budget, so
+    #: there first-use compilation does not count.
     max_tuning_ms: float = 50.0
     #: Compare every candidate's output with the default's before timing it.
     numerical_check: bool = True

@@ -51,6 +51,11 @@ class OpParams:
     def new_outputs(self) -> dict[str, torch.Tensor]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def fast_form(self) -> bool:
+        """Whether the public function's fast path reaches these params by ``cache_key()`` alone
+        (see ``tunable_op``): then a candidate's runner may be cached for that key. No by default."""
+        return False
+
     @property
     def device(self) -> torch.device:
         return getattr(self, self.inputs[0]).device

@@ -3,6 +3,11 @@
 A call: ``params.cache_key()`` -> in-memory choice -> run it. That cached path reads one ContextVar
 and does two dict lookups: no lock, no device synchronisation, no allocation.
 
+A shorter path for the commonest call (``tunekit.silu(x)``: contiguous ``x``, no ``out``):
+``op.fast_call(x)`` runs the choice's *runner*, a function of ``x`` with everything else bound, or
+returns None (:mod:`tunekit.tunable.fast_path` says why and how). Runners are cached next to the
+choice, when a candidate offers one (``fast_runner(params)``), and dropped with it.
+
 On a miss (:meth:`TunableOp.resolve`, under one process-wide lock so concurrent first calls with
 one signature tune once, and tuning runs never overlap each other's timings):
 
@@ -23,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from . import context, validators
+from . import context, fast_path, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
 from .find_fastest import find_fastest
@@ -76,13 +81,20 @@ class TunableOp:
         # settings.cache_id -> {cache_key: candidate}; settings.cache_id -> {signature: Resolution}
         self._choices: dict[tuple, dict] = {}
         self._decided: dict[tuple, dict[str, Resolution]] = {}
+        # settings.cache_id -> {cache_key: runner}: the choices that have a runner (fast form only)
+        self._runners: dict[tuple, dict] = {}
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
         self.call = self._make_call()
+        #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py);
+        #: in Python until the first runner is cached, then in C where the extension builds
+        self.fast_call = fast_path.python_fast_call(self._runners)
+        self._fast_call_native = False
 
     # -- registration ---------------------------------------------------------------------------
-    def add(self, impl, *, name: str | None = None, supports=None, default: bool = False):
-        """Register a candidate (a Candidate, or a function ``fn(params)`` adapted to one)."""
-        c = as_candidate(impl, name=name, supports=supports)
+    def add(self, impl, *, name: str | None = None, supports=None, default: bool = False, fast_runner=None):
+        """Register a candidate (a Candidate, or a function ``fn(params)`` adapted to one, with an
+        optional ``fast_runner(params)``: see ``tunekit.tunable.candidate``)."""
+        c = as_candidate(impl, name=name, supports=supports, fast_runner=fast_runner)
         if c.name in self._by_name:
             raise ValueError(f"op {self.name!r} already has a candidate named {c.name!r}")
         if default and self.default is not None:
@@ -111,6 +123,7 @@ class TunableOp:
         with TUNING_LOCK:
             self._choices.clear()
             self._decided.clear()
+            self._runners.clear()
 
     # -- calling --------------------------------------------------------------------------------
     def __call__(self, params: OpParams):
@@ -146,7 +159,21 @@ class TunableOp:
             r = self.resolve(params, s)
             if r.cache:
                 choices[key] = r.candidate
+                self._add_runner(s, key, params, r.candidate)
             return r.candidate
+
+    def _add_runner(self, s, key, params: OpParams, c) -> None:
+        """Cache ``c``'s runner for ``key`` when the public function's fast path can reach these
+        params by their key alone (``params.fast_form()``) and ``c`` offers a runner."""
+        make = getattr(c, "fast_runner", None)
+        if make is None or not params.fast_form():
+            return
+        runner = make(params)
+        if runner is not None:
+            self._runners.setdefault(s.cache_id, {})[key] = runner
+            if not self._fast_call_native:  # built here, not at import: the first runner needs it
+                self._fast_call_native = True
+                self.fast_call = fast_path.make_fast_call(self._runners)
 
     def resolve(self, params: OpParams, s: context.TuningSettings | None = None) -> Resolution:
         """Decide which candidate runs ``params`` (tuning if the settings allow it)."""
@@ -228,6 +255,7 @@ class TunableOp:
             if other_id[0] == s.cache_id[0] and not other_id[1]:  # tuning-off caches of this store: may hold the default
                 self._decided.get(other_id, {}).pop(signature, None)
                 choices.clear()
+                self._runners.pop(other_id, None)
 
     def __repr__(self) -> str:
         names = ", ".join(c.name + ("*" if c is self.default else "") for c in self.candidates)
