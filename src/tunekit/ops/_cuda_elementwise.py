@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from ..backends import nvrtc
+from ..backends import fast_call, fast_launch, nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
 __all__ = ["CudaElementwise", "FORMS", "cuda_candidates"]
@@ -111,8 +111,10 @@ class CudaElementwise(Candidate):
 
     def fast_runner(self, p):
         """``run`` for unary params with ``out`` None, as a function of ``x`` with the kernel's address,
-        grid and launch entry bound: what the fast path calls (one frame, one allocation, one launch).
-        Valid for every ``x`` of this cache key (dtype, element count, alignment, device)."""
+        grid and launch entry bound: what the fast path calls. The C++ ``Launcher`` of
+        ``backends/fast_call.cpp`` (allocation and launch in one call) where it builds, else a
+        closure over the C launch (one frame, one allocation, one launch). Valid for every ``x`` of
+        this cache key (dtype, element count, alignment, device)."""
         launch = nvrtc.direct_launch()
         x = p.x
         n = x.numel()
@@ -122,6 +124,9 @@ class CudaElementwise(Candidate):
         function = self.kernel.address(index)
         grid = self._grid(n, index)
         stream = nvrtc.current_stream
+        native = fast_call.load()
+        if native is not None:
+            return native.Launcher(fast_launch.driver_entry_point(), function, grid, BLOCK, n, index, stream)
         empty_like = torch.empty_like
 
         def runner(x):

@@ -1,0 +1,65 @@
+"""A tunable op's cached call in C++ (``fast_call.cpp``): ``FastCall``, the fast path's lookup
+(tunekit/tunable/fast_path.py), and ``Launcher``, a CUDA C kernel's runner (allocation and launch).
+
+Why C++ against libtorch, not C: on a cached call of a small op host time is the whole cost, and
+issue 3's bar is torch's own ``F.silu`` (~5 us per call on an H200 host). Building the cache key
+reads six facts of the tensor; through torch's Python accessors that cost ~0.4 us per call even from
+C (measured on an H200 host with a C version of ``FastCall``), read from the ``at::Tensor`` it is a
+few nanoseconds. The runner likewise allocates with ``at::empty_like`` and launches without a
+Python frame between them.
+
+Built at first use like the C launch extension (:mod:`tunekit.backends.extension`), with the C++
+compiler (``$CXX``, else ``c++`` / ``g++`` / ``clang++``), torch's headers and libraries, and keyed by
+torch's version and ABI too. It needs no CUDA headers: CI builds and tests it on the CPU (the
+launch through a stand-in driver entry point). If it cannot be built, or ``TUNEKIT_FAST_CALL=0``,
+:func:`load` returns None, :func:`unavailable` says why, and the Python fast path and runners are
+used instead: the same results, more host time.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from . import extension
+
+__all__ = ["load", "unavailable", "build"]
+
+_MODULE = "tunekit_fast_call"
+
+
+def _flags() -> tuple[str, ...]:
+    from torch.utils import cpp_extension
+
+    lib = cpp_extension.library_paths()[0]
+    return (*(f"-I{p}" for p in cpp_extension.include_paths()), "-std=c++17", "-w",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", f"-DTUNEKIT_TORCH={torch.__version__}",
+            f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10")
+
+
+def build(directory: str | os.PathLike | None = None) -> str:
+    """Compile the extension (or find it already built); return the shared library's path.
+    Raises RuntimeError with the compiler's output when it cannot be built."""
+    return extension.build("fast_call.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory)
+
+
+@functools.lru_cache(maxsize=None)
+def _load():
+    if extension.disabled("TUNEKIT_FAST_CALL"):
+        return None, "disabled by TUNEKIT_FAST_CALL=0"
+    try:
+        return extension.load(build(), _MODULE), None
+    except Exception as exc:  # no C++ compiler, no torch headers: the Python fast path still works
+        return None, str(exc)
+
+
+def load():
+    """The built extension module (``FastCall``, ``Launcher``), or None (see :func:`unavailable`)."""
+    return _load()[0]
+
+
+def unavailable() -> str | None:
+    """None when the extension is in use, else why not."""
+    return _load()[1]

@@ -1,0 +1,97 @@
+"""The C++ fast-call extension: it builds here (CI has a C++ compiler and torch's headers), its
+Launcher allocates like torch.empty_like and hands the driver exactly the launch it was given (a
+recording stand-in with cuLaunchKernel's C signature replaces the driver, so no GPU is needed), and
+its FastCall leaves every tensor it cannot key to the general path. FastCall's lookup itself is
+tested against its Python twin in tests/tunable/test_fast_runners.py."""
+
+import ctypes
+import os
+
+import pytest
+import torch
+
+from tunekit.backends import fast_call
+from tunekit.tunable import context
+
+LAUNCH_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                                    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+class RecordingDriver:
+    """A cuLaunchKernel stand-in recording each call's three 64-bit kernel parameters."""
+
+    def __init__(self, result: int = 0):
+        self.calls = []
+
+        def entry(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            values = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0] for i in range(3)]
+            self.calls.append(dict(function=f, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, stream=stream,
+                                   values=values, extra=extra))
+            return result
+
+        self._entry = LAUNCH_SIGNATURE(entry)  # kept alive as long as the recorder
+        self.address = ctypes.cast(self._entry, ctypes.c_void_p).value
+
+
+@pytest.fixture(scope="module")
+def module():
+    m = fast_call.load()
+    if m is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the fast-call extension must build in CI: {fast_call.unavailable()}")
+        pytest.skip(f"fast-call extension unavailable: {fast_call.unavailable()}")
+    return m
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_launcher_allocates_like_empty_like_and_launches_what_it_was_given(module, dtype):
+    driver = RecordingDriver()
+    streams = []
+    launcher = module.Launcher(driver.address, 0xF00D, 37, 256, 1234, 3, lambda index: streams.append(index) or 0x5000)
+    x = torch.randn(3, 7, 11, dtype=dtype)
+    out = launcher(x)
+    assert out.shape == x.shape and out.dtype == x.dtype and out.device == x.device and out.is_contiguous()
+    assert out.data_ptr() != x.data_ptr()
+    (call,) = driver.calls
+    assert call["function"] == 0xF00D and call["grid"] == (37, 1, 1) and call["block"] == (256, 1, 1)
+    assert call["shared"] == 0 and call["stream"] == 0x5000 and call["extra"] is None
+    assert call["values"] == [x.data_ptr(), out.data_ptr(), 1234]
+    assert streams == [3]  # the stream is asked for on every call, for the device index bound
+
+
+def test_launcher_errors_are_clear(module):
+    driver = RecordingDriver(result=719)
+    launcher = module.Launcher(driver.address, 1, 1, 32, 8, 0, lambda index: 0)
+    with pytest.raises(RuntimeError, match="CUresult 719"):
+        launcher(torch.randn(8))
+    with pytest.raises(TypeError, match="one tensor"):
+        launcher([1.0])
+    with pytest.raises(TypeError, match="one tensor"):
+        launcher(torch.randn(8), torch.randn(8))
+
+    def broken_stream(index):
+        raise RuntimeError("no stream")
+
+    with pytest.raises(RuntimeError, match="no stream"):
+        module.Launcher(driver.address, 1, 1, 32, 8, 0, broken_stream)(torch.randn(8))
+    for bad in [dict(entry=0), dict(function=0), dict(grid=0), dict(block=0), dict(n=-1)]:
+        args = dict(entry=driver.address, function=1, grid=1, block=32, n=8, device_index=0, stream_fn=lambda i: 0)
+        args.update(bad)
+        with pytest.raises(ValueError):
+            module.Launcher(**args)
+
+
+def test_fast_call_leaves_what_it_cannot_key_to_the_general_path(module):
+    x = torch.randn(16)
+    key = (x.dtype, x.numel(), x.data_ptr() & 15, x.device)
+    runners = {context.current().cache_id: {key: lambda t: "ran"}}
+    fc = module.FastCall(runners, context._current, context, torch.Tensor)
+    assert fc(x) == "ran"
+    sparse = torch.randn(4, 4).to_sparse()
+    meta = torch.empty(16, device="meta")
+    for odd in (sparse, meta, x.expand(2, 16), torch.randn(16, requires_grad=True), x.t() if x.dim() > 1 else x[::2]):
+        assert fc(odd) is None
+    with pytest.raises(TypeError):
+        fc(x, "a", "b")
+    with pytest.raises(TypeError):
+        module.FastCall(runners, context._current, context, int)
