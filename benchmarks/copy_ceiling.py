@@ -77,17 +77,25 @@ class InlineKernel(nvrtc.CudaKernel):
         return fn
 
 
-def kernels(device):
+def kernels(device, source=SOURCE, filename="copy_ceiling.cu", names=KERNELS):
+    """The kernels ``names`` of ``source`` (a script's own CUDA C), compiled for ``device``."""
     driver, _ = nvrtc._bindings()
-    cubin = nvrtc.compile_cubin(SOURCE, "copy_ceiling.cu", nvrtc.arch_of(device))
+    cubin = nvrtc.compile_cubin(source, filename, nvrtc.arch_of(device))
     err, module = driver.cuModuleLoadData(cubin)
     nvrtc._check(err, "cuModuleLoadData")
-    return {name: InlineKernel(module, name) for name in KERNELS}
+    return {name: InlineKernel(module, name) for name in names}
 
 
 def contenders(ks, sms):
     out = {"torch copy_ (eager)": (lambda p: p[1].copy_(p[0]), False),
            "torch copy_ (graph)": (lambda p: p[1].copy_(p[0]), True)}
+    return {**out, **tiled_contenders(ks, sms)}
+
+
+def tiled_contenders(ks, sms):
+    """Each kernel ``<name>_x<U>[...]`` (U 16-byte packs per thread per tile, arguments (in, out,
+    packs)) launched one block per tile and as a persistent grid, on CUDA-graph replay."""
+    out = {}
     for name, k in ks.items():
         unroll = int(name.split("_x")[1].split("_")[0])
         for persistent in (False, True):

@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from activations import head_to_head  # noqa: E402
-from copy_ceiling import InlineKernel  # noqa: E402
-from tunekit.backends import nvrtc  # noqa: E402
+from copy_ceiling import kernels, tiled_contenders  # noqa: E402
 from tunekit.bench import copy_bandwidth, versions  # noqa: E402
 from tunekit.tunable.timing import l2_cache_bytes  # noqa: E402
 
@@ -59,7 +58,6 @@ READ(read_x4, 4)
 READ(read_x8, 8)
 """
 KERNELS = ["read_x1", "read_x2", "read_x4", "read_x8"]
-BLOCK = 256
 #: (shape, dtype, which logsumexp cases read that many bytes)
 SIZES = [((4096, 4096), torch.float16, "16-bit 4096x4096 (rows or dim 0), 32x4096x128; float32 16384x512, 8192x1024"),
          ((4096, 4096), torch.float32, "float32 4096x4096, dim 0, 32x4096x128; 16-bit 1024x32768"),
@@ -67,27 +65,8 @@ SIZES = [((4096, 4096), torch.float16, "16-bit 4096x4096 (rows or dim 0), 32x409
          ((64, 1 << 20), torch.float32, "float32 64x1M, 4x16M")]
 
 
-def kernels(device):
-    driver, _ = nvrtc._bindings()
-    cubin = nvrtc.compile_cubin(SOURCE, "read_ceiling.cu", nvrtc.arch_of(device))
-    err, module = driver.cuModuleLoadData(cubin)
-    nvrtc._check(err, "cuModuleLoadData")
-    return {name: InlineKernel(module, name) for name in KERNELS}
-
-
 def contenders(ks, sms):
-    out = {"torch sum (graph)": (lambda p: torch.sum(p[0]), True)}
-    for name, k in ks.items():
-        unroll = int(name.split("_x")[1])
-        for persistent in (False, True):
-            def run(p, k=k, unroll=unroll, persistent=persistent):
-                n = p[0].numel() * p[0].element_size() // 16
-                grid = -(-n // (BLOCK * unroll))
-                if persistent:
-                    grid = min(grid, sms * (2048 // BLOCK))
-                k.launch(p[0].get_device(), grid, BLOCK, p[0], p[1], n)
-            out[name + ("_persistent" if persistent else "")] = (run, True)
-    return out
+    return {"torch sum (graph)": (lambda p: torch.sum(p[0]), True), **tiled_contenders(ks, sms)}
 
 
 def main(argv=None):
@@ -99,7 +78,7 @@ def main(argv=None):
     name = torch.cuda.get_device_name(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     bw = copy_bandwidth(device)
-    cont = contenders(kernels(device), sms)
+    cont = contenders(kernels(device, SOURCE, "read_ceiling.cu", KERNELS), sms)
     lines = [f"# Read ceiling: {name} ({time.strftime('%Y-%m-%d')})", "",
              f"torch {versions()['torch']}; 1 GiB copy bandwidth (read + write) **{bw:.0f} GB/s**; L2-cold rotated "
              f"buffers, CUDA-graph replay, median of {args.repeats} rounds. Cells: bytes read as % of the 1 GiB "

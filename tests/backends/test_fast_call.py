@@ -4,34 +4,14 @@ recording stand-in with cuLaunchKernel's C signature replaces the driver, so no 
 its FastCall leaves every tensor it cannot key to the general path. FastCall's lookup itself is
 tested against its Python twin in tests/tunable/test_fast_runners.py."""
 
-import ctypes
 import os
 
 import pytest
 import torch
 
+from launch_recorder import RecordingDriver
 from tunekit.backends import fast_call
 from tunekit.tunable import context
-
-LAUNCH_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                                    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
-
-
-class RecordingDriver:
-    """A cuLaunchKernel stand-in recording each call's three 64-bit kernel parameters."""
-
-    def __init__(self, result: int = 0):
-        self.calls = []
-
-        def entry(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            values = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0] for i in range(3)]
-            self.calls.append(dict(function=f, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, stream=stream,
-                                   values=values, extra=extra))
-            return result
-
-        self._entry = LAUNCH_SIGNATURE(entry)  # kept alive as long as the recorder
-        self.address = ctypes.cast(self._entry, ctypes.c_void_p).value
-
 
 @pytest.fixture(scope="module")
 def module():
@@ -45,7 +25,7 @@ def module():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_the_launcher_allocates_like_empty_like_and_launches_what_it_was_given(module, dtype):
-    driver = RecordingDriver()
+    driver = RecordingDriver(n_args=3)
     streams = []
     launcher = module.Launcher(driver.address, 0xF00D, 37, 256, 1234, 3, lambda index: streams.append(index) or 0x5000)
     x = torch.randn(3, 7, 11, dtype=dtype)
@@ -60,7 +40,7 @@ def test_the_launcher_allocates_like_empty_like_and_launches_what_it_was_given(m
 
 
 def test_launcher_errors_are_clear(module):
-    driver = RecordingDriver(result=719)
+    driver = RecordingDriver(n_args=3, result=719)
     launcher = module.Launcher(driver.address, 1, 1, 32, 8, 0, lambda index: 0)
     with pytest.raises(RuntimeError, match="CUresult 719"):
         launcher(torch.randn(8))

@@ -2,34 +2,13 @@
 the driver exactly the launch it was asked for. The driver entry point is replaced by a recording
 stand-in with cuLaunchKernel's C signature, so the argument packing is checked without a GPU."""
 
-import ctypes
 import os
 
 import pytest
 import torch
 
+from launch_recorder import RecordingDriver
 from tunekit.backends import fast_launch
-
-LAUNCH_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                                    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
-
-
-class RecordingDriver:
-    """A cuLaunchKernel stand-in: records each call, reads ``n_args`` 64-bit kernel parameters."""
-
-    def __init__(self, n_args: int, result: int = 0):
-        self.calls = []
-        self.result = result
-
-        def entry(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            values = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0] for i in range(n_args)]
-            self.calls.append(dict(function=f, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, stream=stream,
-                                   values=values, extra=extra))
-            return self.result
-
-        self._entry = LAUNCH_SIGNATURE(entry)  # kept alive as long as the recorder
-        self.address = ctypes.cast(self._entry, ctypes.c_void_p).value
-
 
 @pytest.fixture(scope="module")
 def module():

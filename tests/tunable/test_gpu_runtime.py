@@ -55,14 +55,15 @@ def test_find_fastest_times_on_the_device(cuda, graph):
             or times[report.choice] <= times["torch_silu"] * (1 + HOST_TIE)), (report.choice, times)
 
 
-def test_a_device_time_tie_goes_to_the_candidate_with_less_host_time(cuda):
-    def slow_host(p):
-        """torch's kernel after 40 us of host work: the same device time, far more host time"""
-        end = time.perf_counter() + 40e-6
-        while time.perf_counter() < end:
-            pass
-        return torch_silu(p)
+def slow_host(p):
+    """torch's kernel after 40 us of host work: the same device time, far more host time"""
+    end = time.perf_counter() + 40e-6
+    while time.perf_counter() < end:
+        pass
+    return torch_silu(p)
 
+
+def test_a_device_time_tie_goes_to_the_candidate_with_less_host_time(cuda):
     op = TunableOp("silu_host_tie", SiluParams)
     op.add(slow_host, default=True)
     op.add(torch_silu)
@@ -75,13 +76,7 @@ def test_a_device_time_tie_goes_to_the_candidate_with_less_host_time(cuda):
 
 
 def test_host_time_breaks_no_tie_when_the_device_is_the_bottleneck(cuda):
-    def slow_host(p):
-        """torch's kernel after 40 us of host work, on an input whose kernel takes ~150 us"""
-        end = time.perf_counter() + 40e-6
-        while time.perf_counter() < end:
-            pass
-        return torch_silu(p)
-
+    # 40 us of host work against a kernel of ~150 us (1 << 26 floats in and out)
     op = TunableOp("silu_device_bound_tie", SiluParams)
     op.add(slow_host, default=True)
     op.add(torch_silu)

@@ -19,7 +19,7 @@ from importlib import resources
 
 from . import nvrtc
 
-__all__ = ["compiler", "build", "load", "disabled"]
+__all__ = ["compiler", "build", "load", "disabled", "load_or_reason"]
 
 
 def compiler(cxx: bool) -> str | None:
@@ -78,3 +78,14 @@ def load(path: str, module: str):
 def disabled(variable: str) -> bool:
     """Whether the environment variable turns an extension off (0, false, no, off)."""
     return os.environ.get(variable, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def load_or_reason(build_fn, module: str, variable: str):
+    """(the extension ``module`` built by ``build_fn()``, None), or (None, why not): turned off by
+    the environment ``variable``, or it could not be built (no compiler, no headers)."""
+    if disabled(variable):
+        return None, f"disabled by {variable}=0"
+    try:
+        return load(build_fn(), module), None
+    except Exception as exc:  # the callers have a slower path that still works
+        return None, str(exc)

@@ -37,12 +37,7 @@ def build(directory: str | os.PathLike | None = None) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _load():
-    if extension.disabled("TUNEKIT_FAST_LAUNCH"):
-        return None, "disabled by TUNEKIT_FAST_LAUNCH=0"
-    try:
-        return extension.load(build(), _MODULE), None
-    except Exception as exc:  # no compiler or headers: the cuda-bindings launch still works
-        return None, str(exc)
+    return extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_LAUNCH")
 
 
 def load():
