@@ -199,6 +199,7 @@ class CudaKernel:
         self.filename, self.name, self.options = filename, name, options
         self._functions: dict[int, object] = {}
         self._addresses: dict[int, int] = {}  # device index -> CUfunction handle as an int
+        self._resident: dict[tuple[int, int], int] = {}  # (device index, block) -> blocks per SM
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -220,6 +221,19 @@ class CudaKernel:
         if fn is None:
             fn = self._addresses[index] = int(self.function(index))
         return fn
+
+    def resident_blocks(self, index: int, block: int) -> int:
+        """How many blocks of ``block`` threads fit on one SM of device ``index`` at once (registers
+        and static shared memory as compiled: the driver's occupancy calculator). Persistent grids
+        launch that many per SM: one more block per SM would run as a second, mostly idle wave."""
+        key = (index, block)
+        blocks = self._resident.get(key)
+        if blocks is None:
+            driver, _ = _bindings()
+            err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function(index), block, 0)
+            _check(err, f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.name})")
+            blocks = self._resident[key] = max(1, int(blocks))
+        return blocks
 
     def _load(self, index: int):
         driver, _ = _bindings()

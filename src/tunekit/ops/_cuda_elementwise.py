@@ -19,13 +19,11 @@ from ..tunable.candidate import Candidate, hash_source
 
 __all__ = ["CudaElementwise", "FORMS", "cuda_candidates"]
 
-BLOCK = 256
-#: resident blocks per SM the persistent forms aim for (2048 threads / BLOCK on sm_80 / sm_90)
-PERSISTENT_BLOCKS_PER_SM = 2048 // BLOCK
+BLOCK = 256  # the kernels' __launch_bounds__
 
 #: (form, dtype, bytes per access, elements per thread per tile, persistent grid) for the kernels
-#: that ``TUNEKIT_FORMS`` in elementwise.cuh defines as ``<prefix>_<form>``. The persistent
-#: candidates launch the strided x2 kernel on a grid of one wave, walking tiles grid-stride.
+#: that ``TUNEKIT_FORMS`` in elementwise.cuh defines as ``<prefix>_<form>``. Persistent forms launch
+#: the strided x2 kernel on one wave of resident blocks, walking the tiles grid-stride.
 FORMS = [
     ("f32", torch.float32, 4, 1, False), ("f32x4", torch.float32, 16, 4, False),
     ("f32x4_x2", torch.float32, 16, 8, False), ("f32x4_x4", torch.float32, 16, 16, False),
@@ -107,7 +105,9 @@ class CudaElementwise(Candidate):
 
     def _grid(self, n: int, index: int) -> int:
         grid = (n + self.elements_per_block - 1) // self.elements_per_block
-        return min(grid, _sm_count(index) * PERSISTENT_BLOCKS_PER_SM) if self.persistent else grid
+        if not self.persistent:
+            return grid
+        return min(grid, _sm_count(index) * self.kernel.resident_blocks(index, BLOCK))
 
     def fast_runner(self, p):
         """``run`` for unary params with ``out`` None, as a function of ``x`` with the kernel's address,

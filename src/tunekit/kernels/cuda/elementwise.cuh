@@ -129,25 +129,25 @@ __device__ __forceinline__ void map_strided(const Arrays<T, NIN>& a, const Op& o
 
 // The forms every elementwise op instantiates, per storage type; the host side lists the same
 // names (ops/_cuda_elementwise.py FORMS). `prefix` is e.g. silu, silu_backward, gelu_tanh. `Op32`
-// computes float32 storage, `Op16` float16 and bfloat16 storage (see fast_sigmoid below for why
-// they may differ).
-#define TUNEKIT_FORMS(DEF, prefix, Op32, Op16)                                                  \
-  DEF(prefix##_f32, float, Op32, map_consecutive, 1, 1)                                         \
-  DEF(prefix##_f32x4, float, Op32, map_consecutive, 4, 1)                                       \
-  DEF(prefix##_f32x4_x2, float, Op32, map_strided, 4, 2)                                        \
-  DEF(prefix##_f32x4_x4, float, Op32, map_strided, 4, 4)                                        \
-  DEF(prefix##_f16, __half, Op16, map_consecutive, 1, 1)                                        \
-  DEF(prefix##_f16x2, __half, Op16, map_consecutive, 2, 1)                                      \
-  DEF(prefix##_f16x8, __half, Op16, map_consecutive, 2, 4)                                      \
-  DEF(prefix##_f16x8_pack, __half, Op16, map_consecutive, 8, 1)                                 \
-  DEF(prefix##_f16x8_pack_x2, __half, Op16, map_strided, 8, 2)                                  \
-  DEF(prefix##_f16x8_pack_x4, __half, Op16, map_strided, 8, 4)                                  \
-  DEF(prefix##_bf16, __nv_bfloat16, Op16, map_consecutive, 1, 1)                                \
-  DEF(prefix##_bf16x2, __nv_bfloat16, Op16, map_consecutive, 2, 1)                              \
-  DEF(prefix##_bf16x8, __nv_bfloat16, Op16, map_consecutive, 2, 4)                              \
-  DEF(prefix##_bf16x8_pack, __nv_bfloat16, Op16, map_consecutive, 8, 1)                         \
-  DEF(prefix##_bf16x8_pack_x2, __nv_bfloat16, Op16, map_strided, 8, 2)                          \
-  DEF(prefix##_bf16x8_pack_x4, __nv_bfloat16, Op16, map_strided, 8, 4)
+// computes float32 storage, `OpF16` float16 and `OpBF16` bfloat16 storage (see fast_sigmoid below
+// for why they may differ from Op32, and fast_normal_tail for why the two 16-bit types may differ).
+#define TUNEKIT_FORMS(DEF, prefix, Op32, OpF16, OpBF16)                                        \
+  DEF(prefix##_f32, float, Op32, map_consecutive, 1, 1)                                        \
+  DEF(prefix##_f32x4, float, Op32, map_consecutive, 4, 1)                                      \
+  DEF(prefix##_f32x4_x2, float, Op32, map_strided, 4, 2)                                       \
+  DEF(prefix##_f32x4_x4, float, Op32, map_strided, 4, 4)                                       \
+  DEF(prefix##_f16, __half, OpF16, map_consecutive, 1, 1)                                      \
+  DEF(prefix##_f16x2, __half, OpF16, map_consecutive, 2, 1)                                    \
+  DEF(prefix##_f16x8, __half, OpF16, map_consecutive, 2, 4)                                    \
+  DEF(prefix##_f16x8_pack, __half, OpF16, map_consecutive, 8, 1)                               \
+  DEF(prefix##_f16x8_pack_x2, __half, OpF16, map_strided, 8, 2)                                \
+  DEF(prefix##_f16x8_pack_x4, __half, OpF16, map_strided, 8, 4)                                \
+  DEF(prefix##_bf16, __nv_bfloat16, OpBF16, map_consecutive, 1, 1)                             \
+  DEF(prefix##_bf16x2, __nv_bfloat16, OpBF16, map_consecutive, 2, 1)                           \
+  DEF(prefix##_bf16x8, __nv_bfloat16, OpBF16, map_consecutive, 2, 4)                           \
+  DEF(prefix##_bf16x8_pack, __nv_bfloat16, OpBF16, map_consecutive, 8, 1)                      \
+  DEF(prefix##_bf16x8_pack_x2, __nv_bfloat16, OpBF16, map_strided, 8, 2)                       \
+  DEF(prefix##_bf16x8_pack_x4, __nv_bfloat16, OpBF16, map_strided, 8, 4)
 
 namespace tunekit {
 
@@ -161,13 +161,11 @@ __device__ __forceinline__ float fast_exp(float v) { return fast_exp2(v * 1.4426
 // sigmoid(+inf) = 1, sigmoid(-inf) = rcp(inf) = 0, NaN stays NaN.
 __device__ __forceinline__ float fast_sigmoid(float v) { return fast_rcp(1.0f + fast_exp(-v)); }
 
-// The standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2, and exp(-x^2 / 2) (a gradient reuses
-// it). erfc from Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7):
-//   erfc(z) = t P(t) exp(-z^2),  t = 1 / (1 + p z),  z = |x| / sqrt 2 >= 0,
-// so Phi(-|x|) = erfc(z) / 2 directly: no cancellation in either tail (Phi(x) for x < 0 is not
-// 1 - something near 1). The constants are folded for 16-bit throughput (the kernel is near
-// compute-bound at 2 bytes per element): 1/sqrt 2 into p, the 1/2 into P's coefficients (exact),
-// -1/2 log2(e) into the exponent: two multiplies fewer per element.
+// Phi(-|x|) and exp(-x^2 / 2), for the GELU(erf) gradient. erfc from Abramowitz & Stegun 7.1.26
+// (absolute error <= 1.5e-7): erfc(z) = t P(t) exp(-z^2), t = 1 / (1 + p z), z = |x| / sqrt 2.
+// Its *relative* error grows in the far tail (0.16% at x = -5, 2% at x = -10), which the gradient
+// does not feel: there Phi(x) + x pdf(x) is dominated by x pdf(x) (Phi / |x pdf| ~ 1 / x^2).
+// Constants folded: 1/sqrt 2 into p, the 1/2 into P (exact), -1/2 log2(e) into the exponent.
 __device__ __forceinline__ float fast_normal_cdf(float x, float& exp_neg_half_x2) {
   const float t = fast_rcp(fmaf(0.23164188826636045f /* 0.3275911 / sqrt 2 */, fabsf(x), 1.0f));
   const float half_poly =
@@ -175,6 +173,35 @@ __device__ __forceinline__ float fast_normal_cdf(float x, float& exp_neg_half_x2
   exp_neg_half_x2 = fast_exp2(x * x * -0.72134752044448170368f /* -log2(e) / 2 */);
   const float c = half_poly * exp_neg_half_x2;  // Phi(-|x|)
   return x >= 0.0f ? 1.0f - c : c;
+}
+
+// Phi(-|x|) with a small *relative* error over the whole range where the storage type holds a
+// nonzero x Phi(x), for the GELU(erf) forward (where x Phi(x) for x < 0 is Phi(-|x|) scaled, so
+// its relative error is the result's):
+//   Phi(-z) = t 2^(-z^2 log2(e) / 2 + P(t)),  t = 1 / (1 + p z),  z = |x|,
+// P of degree 5, minimax over the z the storage type needs (scripts/fit_normal_tail.py derives the
+// constants; tests/kernels/test_normal_tail.py checks them). Relative error with fp32 arithmetic:
+// 3.4e-6 for float16 (z <= 6: beyond ~5.8 the result rounds to 0 in float16), 1.8e-5 for bfloat16
+// (z <= 13.3; beyond ~12.9 Phi is an fp32 subnormal, flushed to 0 as torch's fp32 math gives 0
+// from ~5.9 on): under 1% of an ulp of either type.
+// Same instruction count as the form above, whose relative error in the tail is several bfloat16
+// ulps. x = +-inf: t = 0 and the exponent -inf, so 0; NaN stays NaN.
+struct NormalTailF16 {
+  static constexpr float p = 0.31945255398750305f;
+  static constexpr float c0 = -2.9820685386657715f, c1 = 1.5547008514404297f, c2 = 0.06914915144443512f,
+                         c3 = 1.334025502204895f, c4 = -1.3448870182037354f, c5 = 0.3690817952156067f;
+};
+struct NormalTailBF16 {
+  static constexpr float p = 0.34803932905197144f;
+  static constexpr float c0 = -2.8505547046661377f, c1 = 1.4765948057174683f, c2 = 0.33694177865982056f,
+                         c3 = 0.7675883769989014f, c4 = -1.0652153491973877f, c5 = 0.3346536457538605f;
+};
+
+template <typename Fit>
+__device__ __forceinline__ float fast_normal_tail(float x) {
+  const float t = fast_rcp(fmaf(Fit::p, fabsf(x), 1.0f));
+  const float poly = Fit::c0 + t * (Fit::c1 + t * (Fit::c2 + t * (Fit::c3 + t * (Fit::c4 + t * Fit::c5))));
+  return t * fast_exp2(fmaf(x * x, -0.72134752044448170368f /* -log2(e) / 2 */, poly));
 }
 
 }  // namespace tunekit

@@ -44,13 +44,15 @@ struct GeluTanhBackward {
 };
 
 // 16-bit storage: the same functions from the fast building blocks of elementwise.cuh.
-// erf form: Phi(x) from a rational-exponential erfc (no cancellation for x < 0).
+// erf form: Phi(x) from Phi(-|x|) (no cancellation for x < 0): fast_normal_tail, fitted per storage
+// type for a small relative error, forward; fast_normal_cdf, which also gives exp(-x^2/2), backward.
 // tanh form: 0.5 (1 + tanh(u)) = sigmoid(2u) exactly, so gelu = x sigmoid(2u) and, with
 // s = sigmoid(2u), 1 - tanh^2(u) = 4 s (1 - s): no tanh, no cancellation near tanh = -1.
+template <typename Fit>
 struct GeluForwardFast {
   __device__ __forceinline__ float operator()(float x) const {
-    float e;
-    return x * tunekit::fast_normal_cdf(x, e);
+    const float tail = tunekit::fast_normal_tail<Fit>(x);  // Phi(-|x|)
+    return x * (x >= 0.0f ? 1.0f - tail : tail);
   }
 };
 
@@ -77,7 +79,8 @@ struct GeluTanhBackwardFast {
   }
 };
 
-TUNEKIT_FORMS(TUNEKIT_UNARY, gelu, GeluForward, GeluForwardFast)
-TUNEKIT_FORMS(TUNEKIT_UNARY, gelu_tanh, GeluTanhForward, GeluTanhForwardFast)
-TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_backward, GeluBackward, GeluBackwardFast)
-TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_tanh_backward, GeluTanhBackward, GeluTanhBackwardFast)
+TUNEKIT_FORMS(TUNEKIT_UNARY, gelu, GeluForward, GeluForwardFast<tunekit::NormalTailF16>,
+              GeluForwardFast<tunekit::NormalTailBF16>)
+TUNEKIT_FORMS(TUNEKIT_UNARY, gelu_tanh, GeluTanhForward, GeluTanhForwardFast, GeluTanhForwardFast)
+TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_backward, GeluBackward, GeluBackwardFast, GeluBackwardFast)
+TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_tanh_backward, GeluTanhBackward, GeluTanhBackwardFast, GeluTanhBackwardFast)

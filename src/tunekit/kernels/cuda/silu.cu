@@ -28,5 +28,5 @@ struct SiluBackwardFast {
   }
 };
 
-TUNEKIT_FORMS(TUNEKIT_UNARY, silu, SiluForward, SiluForwardFast)
-TUNEKIT_FORMS(TUNEKIT_BINARY, silu_backward, SiluBackward, SiluBackwardFast)
+TUNEKIT_FORMS(TUNEKIT_UNARY, silu, SiluForward, SiluForwardFast, SiluForwardFast)
+TUNEKIT_FORMS(TUNEKIT_BINARY, silu_backward, SiluBackward, SiluBackwardFast, SiluBackwardFast)
