@@ -7,9 +7,12 @@ Method:
 1. Record: ``--count`` signatures (silu, gelu erf and tanh, logsumexp and the backward ops; several
    sizes and dtypes, interleaved) are met on GPU 0 with tuning off and ``record_untuned`` on, into a
    fresh store.
-2. Warm-up (unless ``--no-warmup``): one all-GPU run on a copy, discarded. The on-disk compile
-   caches (NVRTC cubins, Triton) are then warm for both measured runs alike, so neither pays a
-   first-ever compile the other does not.
+2. Warm-up (unless ``--no-warmup``): one all-GPU run, then one one-GPU run, each on a copy,
+   discarded. The on-disk compile caches (NVRTC cubins, Triton kernels and launchers) are then warm
+   for both measured runs alike, so neither pays a first-ever compile the other does not. Two runs:
+   with Triton 3.6 on an H200, the first process to load kernels from Triton's cache built 8
+   launchers (1.1 s of C compiler) that the process which had compiled them had not
+   (``offline_start.py``); with one warm-up the first measured run paid them.
 3. Measured runs, each on a fresh copy of the recorded store and in a fresh Python process (so each
    pays CUDA initialisation and loading its kernels, as ``tunekit tune`` from a shell does): one GPU
    is ``tune_recorded`` on cuda:0; all GPUs is ``tune_parallel`` on every GPU (this process works on
@@ -192,7 +195,8 @@ def measure(args) -> int:
     if len(keys) != args.count:
         raise SystemExit(f"recorded {len(keys)} signatures, expected {args.count}")
     if not args.no_warmup:
-        run_child("parallel", copy_store(recorded, str(work / "warmup.sqlite")), args)
+        for i, mode in enumerate(("parallel", "single")):
+            run_child(mode, copy_store(recorded, str(work / f"warmup{i}.sqlite")), args)
     runs = {"single": [], "parallel": []}
     for i in range(args.repeats):
         for mode in ("single", "parallel"):

@@ -176,6 +176,19 @@ def test_warm_up_never_writes_the_given_tensors_and_runs_their_layout():
     assert inplace.x.data_ptr() % 16 == x.data_ptr() % 16
 
 
+def test_warm_up_runs_the_numerical_check_on_the_defaults_output(monkeypatch):
+    """The check's first use in a process loads kernels (0.1 s on an H200): warming pays it, outside
+    the budget, on the outputs the check will compare."""
+    op = make_op(None, {"ref": 0.0, "a": 0.0})
+    compared = []
+    monkeypatch.setattr(offline, "compare", lambda a, e, tol: compared.append((a, e, tol)))
+    x = torch.randn(33)
+    offline.warm_candidates(op, ScaleParams(x))
+    (actual, expected, tol), = compared
+    assert actual is expected and actual.shape == x.shape and torch.equal(actual, 2 * x)
+    assert tol == op.tolerance(ScaleParams(x))
+
+
 def _record_mixed(path):
     with tuning(results=str(path), tuning=False, record_untuned=True):
         tunekit.silu(torch.randn(40))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
+import os
 import sys
 import time
 import traceback
@@ -40,7 +41,7 @@ import uuid
 
 import torch
 
-from . import _claims, offline
+from . import _claims, offline, process_start
 from .tunable import validators
 from .tunable.context import TuningSettings
 from .tunable.results import ResultsStore
@@ -76,9 +77,10 @@ def _start_method() -> str:
     return "spawn"
 
 
-def _worker(index, store_path, device, settings, ops, keys, run, lease_s, attempts, messages, initializer):
+def _worker(index, store_path, device, visible, settings, ops, keys, run, lease_s, attempts, messages, initializer):
     """One worker process: tune claimed records on ``device`` until none is free; ``messages`` is
-    the sending end of this worker's pipe."""
+    the sending end of this worker's pipe. ``visible``: the ``CUDA_VISIBLE_DEVICES`` value that
+    leaves only that GPU visible here (see :mod:`tunekit.process_start`), or None on the CPU."""
     try:
         device = torch.device(device)
         if device.type == "cuda" and torch.cuda._is_in_bad_fork():
@@ -86,9 +88,13 @@ def _worker(index, store_path, device, settings, ops, keys, run, lease_s, attemp
             # that): this process can never use CUDA; the parent starts a spawned one instead
             messages.send(("respawn", index))
             return
+        if device.type == "cuda" and visible is not None:  # CUDA is not initialised here yet
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+            device = torch.device("cuda", 0)
         if initializer is not None:
             initializer(index)
         if device.type == "cuda":
+            process_start.prepare(device)  # first: set_device would initialise CUDA without overlap
             torch.cuda.set_device(device)
         store = ResultsStore(store_path)
         settings = TuningSettings(**settings)
@@ -129,6 +135,7 @@ def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | N
     if gpus is not None and not gpus:
         raise ValueError("gpus is empty: no device to tune on")
     devices = [f"cuda:{g}" for g in gpus] if gpus is not None else ["cpu"] * (workers or 2)
+    visible = [process_start.visible_devices(g) for g in gpus] if gpus is not None else [None] * len(devices)
     store = offline.as_store(store_path)
     if store.in_memory:
         raise ValueError(f"{store_path!r} is not a usable results file ({store.problem or 'in memory'}): "
@@ -140,8 +147,8 @@ def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | N
     def start_worker(index, context):
         receiving, sending = context.Pipe(duplex=False)
         p = context.Process(target=_worker, name=f"tunekit-tune-{index}",
-                            args=(index, store.path, devices[index], _fields(settings), ops, keys, run, lease_s,
-                                  attempts, sending, initializer))
+                            args=(index, store.path, devices[index], visible[index], _fields(settings), ops, keys,
+                                  run, lease_s, attempts, sending, initializer))
         p.start()
         sending.close()  # the worker holds the only sending end: its death ends the pipe
         pipes[index] = receiving
@@ -259,6 +266,7 @@ def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | N
 
 def _local(store, device, settings, run, ops, keys, lease_s, attempts, event) -> offline.TuneSummary:
     device = torch.device(device)
+    process_start.prepare(device)
     with offline._on(device):
         return offline.work(store, device, settings, run=run, ops=ops, keys=keys, lease_s=lease_s,
                             attempts=attempts, event=event)

@@ -75,3 +75,14 @@ def test_fast_call_leaves_what_it_cannot_key_to_the_general_path(module):
         fc(x, "a", "b")
     with pytest.raises(TypeError):
         module.FastCall(runners, context._current, context, int)
+
+
+def test_build_flags_name_the_directories_cpp_extension_would():
+    """fast_call computes torch's include and library directories itself (importing cpp_extension
+    cost 0.17 s per process); they must stay the ones torch's own helper names."""
+    from torch.utils import cpp_extension
+
+    flags = fast_call._flags()
+    includes = [f[2:] for f in flags if f.startswith("-I")]
+    assert includes == cpp_extension.include_paths()
+    assert f"-L{cpp_extension.library_paths()[0]}" in flags
