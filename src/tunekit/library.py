@@ -56,8 +56,8 @@ import torch
 
 from .ops._arguments import check_approximate, check_float_tensor, check_gradient_pair
 from .ops.gelu import GeluBackwardParams, GeluParams, gelu_backward_op, gelu_op
-from .ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op,
-                            normalize_dims, reduced_shape)
+from .ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, _unsqueezed, logsumexp_backward_op,
+                            logsumexp_op, normalize_dims, reduced_shape)
 from .ops.silu import SiluBackwardParams, SiluParams, silu_backward_op, silu_op
 
 __all__ = ["CUSTOM_OPS", "compiled_silu", "compiled_silu_backward", "compiled_gelu", "compiled_gelu_backward",
@@ -240,13 +240,6 @@ def _logsumexp_backward_fake(dy, x, lse, dim, keepdim):
     return x.new_empty(x.shape)
 
 
-def _unsqueezed(t: torch.Tensor, dims, keepdim: bool) -> torch.Tensor:
-    """A reduced tensor broadcastable against x again."""
-    if not keepdim:
-        for d in dims:
-            t = t.unsqueeze(d)
-    return t
-
 
 # -- autograd -------------------------------------------------------------------------------------
 def _save_inputs(ctx, inputs, output):
@@ -303,15 +296,14 @@ def _logsumexp_backward_grad(ctx, grad):
     dy, x, lse = ctx.saved_tensors
     dim, keepdim = ctx.arguments
     dims = normalize_dims(dim, x.dim())
-    keep = keepdim or x.dim() == 0
     t = _compute_dtype(x)
     g = grad.to(t)
-    e = torch.exp(x.to(t) - _unsqueezed(lse.to(t), dims, keep))
+    e = torch.exp(x.to(t) - _unsqueezed(lse.to(t), dims, keepdim, x.dim()))
     gdy = gx = glse = None
     if ctx.needs_input_grad[0]:
         gdy = (g * e).sum(dims, keepdim=keepdim).to(dy.dtype) if x.dim() else (g * e).to(dy.dtype)
     if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-        gdx = g * _unsqueezed(dy.to(t), dims, keep) * e
+        gdx = g * _unsqueezed(dy.to(t), dims, keepdim, x.dim()) * e
         if ctx.needs_input_grad[1]:
             gx = gdx.to(x.dtype)
         if ctx.needs_input_grad[2]:

@@ -173,6 +173,19 @@ def test_public_logsumexp_has_torch_semantics(dtype, device):
     assert len(results_store().entries("logsumexp")) >= 1
 
 
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_the_backward_of_a_0d_input_is_0d(keepdim):
+    """logsumexp_backward called directly on a 0-d input (dim 0 or -1) keeps the input's shape, as
+    autograd's gradient does (it was 1-d: the reduced dim was unsqueezed back onto a 0-d lse)."""
+    x = torch.tensor(1.5, requires_grad=True)
+    lse = torch.logsumexp(x, 0, keepdim)
+    lse.backward(torch.tensor(0.75))
+    for dim in (0, -1):
+        got = tunekit.logsumexp_backward(torch.tensor(0.75), x.detach(), lse.detach(), dim, keepdim)
+        assert got.shape == x.shape == torch.Size([])
+        torch.testing.assert_close(got, x.grad)
+
+
 def test_edge_cases_follow_torch():
     assert tunekit.logsumexp(torch.tensor(2.5), 0).item() == 2.5                     # 0-d
     assert tunekit.logsumexp(torch.tensor(2.5), -1, keepdim=True).shape == torch.Size([])

@@ -130,8 +130,11 @@ for _c in triton_logsumexp_candidates():
 
 
 # -- backward -------------------------------------------------------------------------------------
-def _unsqueezed(t: torch.Tensor, dims, keepdim: bool) -> torch.Tensor:
-    if not keepdim:
+def _unsqueezed(t: torch.Tensor, dims, keepdim: bool, ndim: int) -> torch.Tensor:
+    """``t`` (shaped as the forward's result) with the reduced dims of an ``ndim``-d input put back
+    as size 1, so it broadcasts against that input. A 0-d input's "dim 0" is no dimension: nothing
+    to put back (unsqueezing made the gradient of a 0-d input 1-d)."""
+    if not keepdim and ndim > 0:
         for d in dims:
             t = t.unsqueeze(d)
     return t
@@ -142,7 +145,8 @@ def torch_logsumexp_backward(p: LogsumexpBackwardParams) -> torch.Tensor:
     16-bit inputs: in bfloat16, ``x - lse`` alone rounds by up to 3% of the gradient (lse ~ 10),
     and this result is the reference every other candidate is checked against. Writes ``out``
     in place when given (tuning times it so, and no extra copy should count against it)."""
-    dy, lse, x = _unsqueezed(p.dy, p.dims, p.keepdim), _unsqueezed(p.lse, p.dims, p.keepdim), p.x
+    x = p.x
+    dy, lse = _unsqueezed(p.dy, p.dims, p.keepdim, x.dim()), _unsqueezed(p.lse, p.dims, p.keepdim, x.dim())
     if x.dtype in (torch.float16, torch.bfloat16):
         dx = torch.exp(x.float() - lse.float()).mul_(dy.float())
         return dx.to(x.dtype) if p.out is None else p.out.copy_(dx)
