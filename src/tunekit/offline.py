@@ -36,11 +36,11 @@ from typing import Callable
 import torch
 
 from . import _claims, process_start
+from .rebuild import rebuild_params
 from .tunable import context, validators
 from .tunable.errors import ResultsImportError
 from .tunable.find_fastest import find_fastest
 from .tunable.numerics import compare
-from .rebuild import rebuild_params
 from .tunable.params import OpParams, make_trial, output_tensors
 from .tunable.registry import get_op
 from .tunable.results import Entry, ResultsStore, UntunedRecord
