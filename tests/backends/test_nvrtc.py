@@ -86,3 +86,48 @@ def test_concurrent_compiles_leave_one_whole_file(tmp_path, monkeypatch):
     assert len(set(results)) == 1
     files = list((tmp_path / "cubin").iterdir())
     assert [f.suffix for f in files] == [".cubin"] and files[0].read_bytes() == results[0]
+
+
+def _cuobjdump():
+    from pathlib import Path
+    import shutil
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    triton = pytest.importorskip("triton")
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not bundled.exists():
+        pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy)")
+    return str(bundled)
+
+
+@pytest.mark.parametrize("filename", ["logsumexp_backward.cu", "silu.cu", "gelu.cu"])
+def test_vector_forms_store_whole_16_byte_packs(filename, tmp_path, monkeypatch):
+    """Every store of a 16-byte-pack kernel's main path is one STG.E.128 in the sm_90 SASS: NVVM
+    split a pack's store into element stores in the logsumexp gradient's flat and columns forms
+    (a 3x slower kernel; tunekit.store_pack). Tails stay scalar in the activations, so there only
+    the count of 128-bit stores is checked."""
+    import re
+    import subprocess
+    monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(nvrtc.compile_cubin(nvrtc.source(filename), filename, "sm_90"))
+    sass = subprocess.run([_cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    stores, name = {}, None
+    for line in sass.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            stores[name] = []
+        m = re.search(r"\b(STG\.E[.\w]*)", line)
+        if m and name:
+            stores[name].append(m.group(1))
+    # 16-byte packs: the logsumexp _vec forms, the activations' f32x4 and x8_pack forms (the seeds'
+    # f16x8 / bf16x8 forms are four 4-byte accesses by design)
+    vector = {k: v for k, v in stores.items() if re.search(r"_vec(_x2)?$|f32x4|x8_pack", k)}
+    assert vector, sorted(stores)
+    for kernel, kinds in vector.items():
+        if filename.startswith("logsumexp"):
+            assert kinds and set(kinds) == {"STG.E.128"}, (kernel, kinds)
+        else:
+            assert "STG.E.128" in kinds, (kernel, kinds)

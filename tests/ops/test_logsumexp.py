@@ -8,9 +8,9 @@ import torch
 
 import tunekit
 from elementwise_checks import DTYPES, triton_on_cpu
-from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaRows, CudaRowsBackward,
-                               split_chunk)
-from tunekit.ops._triton_rows import TritonRows
+from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaFlatBackward, CudaRows,
+                               CudaRowsBackward, split_chunk)
+from tunekit.ops._triton_rows import TritonBackwardFlat, TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
 from tunekit.tunable import results_store
 from reduction_checks import close
@@ -124,6 +124,20 @@ def test_every_backward_candidate_matches_float64(name, dtype, device, shape, di
         supported_or_skip(c, p)
         assert c.run(p).data_ptr() == out.data_ptr()
         close(out, backward_expected(dy, x, lse, dims, keepdim), dtype)
+
+
+@pytest.mark.parametrize("name, dtype, device, shape, dims",
+                         cases(logsumexp_backward_op, [((8, 2048), (1,)), ((2048, 8), (0,))]))
+def test_every_backward_candidate_on_special_values(name, dtype, device, shape, dims):
+    """+inf, -inf, NaN and huge magnitudes in x give what torch's composite gives (exp(inf - inf) = NaN)."""
+    c = logsumexp_backward_op.candidate(name)
+    rows = special_rows(8, shape[1] if dims == (1,) else shape[0], dtype, device)
+    x = rows if dims == (1,) else rows.t().contiguous()
+    lse = torch.logsumexp(x.float(), dims).to(dtype)
+    dy = fresh(lse.shape, dtype, device, 1.0)
+    p = LogsumexpBackwardParams(dy, x, lse, dims, False, torch.full_like(x, float("nan")))
+    supported_or_skip(c, p)
+    close(c.run(p), backward_expected(dy, x, lse, dims, False), dtype)
 
 
 @pytest.mark.gpu
@@ -258,6 +272,32 @@ def test_more_than_2_to_the_31_elements(cuda):
             close(p.out, expected, torch.float16)
 
 
+@pytest.mark.gpu
+def test_flat_backward_past_2_to_the_31_elements(cuda):
+    """The flat gradient kernels index 64-bit: two rows of 2^30 + 8 float16, values past element 2^31."""
+    rows, cols = 2, 2**30 + 8
+    x = torch.full((rows, cols), -float("inf"), dtype=torch.float16, device=cuda)
+    x[0, :2] = torch.tensor([0.5, 1.5], dtype=torch.float16, device=cuda)
+    x[1, -3:] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16, device=cuda)
+    lse = torch.tensor([2.0, 3.5], dtype=torch.float16, device=cuda)
+    dy = torch.tensor([1.0, -2.0], dtype=torch.float16, device=cuda)
+    expected = (dy.double()[:, None] * torch.exp(torch.stack([x[0, :2], x[1, -2:]]).double() - lse.double()[:, None]))
+    names = [c.name for c in logsumexp_backward_op.candidates if isinstance(c, (CudaFlatBackward, TritonBackwardFlat))]
+    ran = []
+    for name in names:
+        c = logsumexp_backward_op.candidate(name)
+        out = torch.full_like(x, float("nan"))
+        p = LogsumexpBackwardParams(dy, x, lse, (1,), False, out)
+        if c.supports(p) is not None:
+            continue
+        c.run(p)
+        close(torch.stack([out[0, :2], out[1, -2:]]), expected, torch.float16)
+        assert not out.isnan().any() and int((out != 0).sum()) == 5, name
+        ran.append(name)
+        del out
+    assert any(n.startswith("logsumexp_backward_flat_f16") for n in ran), ran
+
+
 def test_cuda_forms_decline_unaligned_rows_and_rows_too_long_for_one_thread_sum():
     c = logsumexp_op.candidate("logsumexp_warp_f32_vec")
     x = torch.randn(4, 33)
@@ -279,7 +319,7 @@ def test_candidate_families_are_registered():
     kinds = {type(c) for c in logsumexp_op.candidates}
     assert {CudaRows, CudaColumns} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
     backward = {type(c) for c in logsumexp_backward_op.candidates}
-    assert {CudaRowsBackward, CudaColumnsBackward} <= backward
+    assert {CudaRowsBackward, CudaColumnsBackward, CudaFlatBackward, TritonBackwardFlat} <= backward
 
 
 @pytest.mark.parametrize("length, parallel, threads, tile", [(2**24, 4, 256, 2048), (4096, 1, 8, 64), (64, 1024, 8, 64),

@@ -152,3 +152,38 @@ def test_times_are_per_call_when_inputs_are_rotated(monkeypatch):
     assert report.candidates["fast"].time_ms == pytest.approx(1.0)
     assert report.candidates["ref"].time_ms == pytest.approx(2.0)
     assert report.candidates["sluggish"].time_ms == pytest.approx(9.0)  # pruned: its probe, per call
+
+
+def _budget(ms):
+    from tunekit.tunable.find_fastest import _Budget
+    return _Budget(ms, FakeClock())
+
+
+def test_a_host_time_tie_break_needs_the_head_to_head_to_confirm_the_tie():
+    """The tie seen in the rounds' medians is re-measured pairwise before host time may break it:
+    a challenger 3% slower is refused, one within HOST_TIE accepted, and the order alternates."""
+    from tunekit.tunable.find_fastest import CONFIRM_PAIRS, HOST_TIE, confirmed_tie
+    order = []
+
+    def measure(name, ms):
+        def run():
+            order.append(name)
+            return ms
+        return run
+
+    tied, ratio = confirmed_tie(measure("choice", 1.0), measure("other", 1.03), _budget(100))
+    assert not tied and ratio == pytest.approx(1.03)
+    assert len(order) == 2 * CONFIRM_PAIRS and order[:4] == ["choice", "other", "other", "choice"]
+    tied, ratio = confirmed_tie(measure("choice", 1.0), measure("other", 1.0 + HOST_TIE / 2), _budget(100))
+    assert tied and ratio == pytest.approx(1.0 + HOST_TIE / 2)
+
+
+def test_the_confirmation_stops_at_the_budget_after_min_rounds_pairs():
+    from tunekit.tunable.find_fastest import confirmed_tie
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return 1.0
+    assert confirmed_tie(measure, measure, _budget(-1.0))[0]
+    assert len(calls) == 2 * MIN_ROUNDS

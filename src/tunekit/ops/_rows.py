@@ -12,6 +12,8 @@ Work split (host side, per call, from the sizes and the SM count):
   too few to fill the GPU.
 - columns: blocks of (32 x VEC columns, one outer index, a chunk of R), partials merged by the
   same combine kernel when R is split.
+- flat (the gradient only, any layout): each (R x inner) slice cut into tiles of BLOCK x VEC x
+  packs elements, one block per tile: the elementwise layout, no loop and no split to plan.
 A thread never sums more than ``MAX_TERMS`` terms (an fp32 running sum starts to absorb small
 terms past ~2^13: measured, a warp per row of 16M elements failed the numerical check).
 """
@@ -27,7 +29,7 @@ from ..backends import nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
 __all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaColumns", "CudaRowsBackward",
-           "CudaColumnsBackward"]
+           "CudaColumnsBackward", "CudaFlatBackward"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BLOCK = 256
@@ -282,6 +284,38 @@ class CudaColumnsBackward(CudaColumns):
         return out
 
 
+class CudaFlatBackward(_CudaReduction):
+    """``dx = dy * exp(x - lse)`` as the elementwise op it is: every slice (R x inner contiguous
+    elements of one outer index) cut into tiles of BLOCK x vec x ``packs`` elements, one block per
+    tile, each thread ``packs`` vector loads in flight: the activations' layout, which reaches 95%
+    of the copy bandwidth where the rows and columns forms (a chunk of R per thread, in a loop)
+    reached 80-85% on an H200 (``benchmarks/results/logsumexp_backward_stores-<device>.md`` has
+    both, after ``store_pack``)."""
+
+    inputs = ("dy", "x", "lse")
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, packs: int):
+        super().__init__(name, "logsumexp_backward.cu", name, dtype, vec=vec, unroll=packs)
+        self.tile = BLOCK * vec * packs
+
+    def layout(self, outer, R, inner):
+        if self.vec > 1 and (R if inner == 1 else inner) % self.vec:
+            return f"{'rows' if inner == 1 else 'the inner size'} must be a multiple of {self.vec} (vector loads)"
+        if R * inner < BLOCK * self.vec:
+            return (f"slices of {BLOCK * self.vec} elements or more only (shorter ones leave most of a block idle: "
+                    "the rows forms take them)")
+        if inner >= 2**31 or outer * _ceil(R * inner, self.tile) >= 2**31:
+            return "too large for one launch (2^31 blocks, inner sizes below 2^31)"
+        return None
+
+    def run(self, p):
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        outer, R, inner = _extents(p)
+        tiles = _ceil(R * inner, self.tile)
+        self.kernel.launch(p.x.get_device(), outer * tiles, BLOCK, p.dy, p.x, p.lse, out, R * inner, inner, tiles)
+        return out
+
+
 def cuda_candidates() -> list[_CudaReduction]:
     """The forward candidates, per dtype: rows (8, 32, 256 threads per row; scalar and 16-byte
     loads), split rows (a block per chunk), columns (scalar and 16-byte loads)."""
@@ -301,7 +335,7 @@ def cuda_candidates() -> list[_CudaReduction]:
 
 def cuda_backward_candidates() -> list[_CudaReduction]:
     """The gradient's candidates, per dtype: rows (8, 32 threads per row scalar; 32, 256 with 16-byte
-    loads), columns (scalar and 16-byte loads)."""
+    loads), columns (scalar and 16-byte loads), flat (scalar x 4; one or two 16-byte loads)."""
     out: list[_CudaReduction] = []
     for dtype, sfx in SUFFIX.items():
         vec = 16 // torch.empty(0, dtype=dtype).element_size()
@@ -311,4 +345,6 @@ def cuda_backward_candidates() -> list[_CudaReduction]:
                                         unroll=unroll))
         for v, unroll, tail in ((1, 8, ""), (vec, 4, "_vec")):
             out.append(CudaColumnsBackward(f"logsumexp_backward_columns_{sfx}{tail}", dtype, vec=v, unroll=unroll))
+        for v, packs, tail in ((1, 4, ""), (vec, 1, "_vec"), (vec, 2, "_vec_x2")):
+            out.append(CudaFlatBackward(f"logsumexp_backward_flat_{sfx}{tail}", dtype, vec=v, packs=packs))
     return out

@@ -4,7 +4,10 @@
 // - rows (inner = 1): TPR threads per row; items (group of rows, chunk of columns) walked
 //   grid-stride, so a few very long rows still spread over every SM;
 // - columns (inner > 1): 32 threads along inner (VEC columns each) x 8 along R, grid (inner blocks,
-//   outer, chunks of R).
+//   outer, chunks of R);
+// - flat (any inner): the gradient as the elementwise op it is, every slice x[o] (R x inner
+//   contiguous elements) cut into tiles of BLOCK x VEC x PACKS, one block per tile and no loop,
+//   the layout of the activations' kernels; dy and lse come from L1/L2.
 // Each thread loads UNROLL packs of VEC elements before using any. Math in fp32 with the accurate
 // expf (special values as torch's composite: exp(inf - inf) = NaN); 64-bit offsets; any length
 // (the host checks VEC alignment).
@@ -14,6 +17,7 @@ namespace {
 
 using tunekit::from_float;
 using tunekit::Pack;
+using tunekit::store_pack;
 using tunekit::to_float;
 
 constexpr int BLOCK = 256;
@@ -28,14 +32,14 @@ __device__ __forceinline__ void scale_range(const T* x, T* dx, long long c, long
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g * expf(to_float(pk[u].v[k]) - l));
-      *reinterpret_cast<Pack<T, VEC>*>(dx + c + u * STEP) = pk[u];
+      store_pack(dx + c + u * STEP, pk[u]);
     }
   }
   for (; c < end; c += STEP) {
     Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(x + c);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g * expf(to_float(pk.v[k]) - l));
-    *reinterpret_cast<Pack<T, VEC>*>(dx + c) = pk;
+    store_pack(dx + c, pk);
   }
 }
 
@@ -89,14 +93,61 @@ __device__ __forceinline__ void columns_backward(const T* dy, const T* x, const 
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g[k] * expf(to_float(pk[u].v[k]) - l[k]));
-      *reinterpret_cast<Pack<T, VEC>*>(dx + offset + (r + u * RY) * inner) = pk[u];
+      store_pack(dx + offset + (r + u * RY) * inner, pk[u]);
     }
   }
   for (; r < r_end; r += RY) {
     Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(x + offset + r * inner);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g[k] * expf(to_float(pk.v[k]) - l[k]));
-    *reinterpret_cast<Pack<T, VEC>*>(dx + offset + r * inner) = pk;
+    store_pack(dx + offset + r * inner, pk);
+  }
+}
+
+// Flat: block b covers elements [t * TILE, (t + 1) * TILE) of slice o = b / tiles; each thread
+// loads its PACKS packs (BLOCK x VEC elements apart) before using any. One 64-bit division per
+// block; per pack, rows (inner = 1) need nothing more, columns one 32-bit modulo (the host declines
+// inner >= 2^31) and a VEC-wide load each of dy and lse (inner % VEC == 0, so a pack never crosses
+// a slice or a row of dy).
+template <typename T, int VEC, int PACKS>
+__device__ __forceinline__ void flat_backward(const T* dy, const T* x, const T* lse, T* dx, long long slice,
+                                              long long inner, long long tiles) {
+  constexpr int TILE = BLOCK * VEC * PACKS;
+  const long long o = blockIdx.x / tiles;
+  const long long start = (blockIdx.x - o * tiles) * TILE;
+  const long long offset = o * slice + start;
+  const int left = slice - start < TILE ? static_cast<int>(slice - start) : TILE;
+  Pack<T, VEC> pk[PACKS];
+#pragma unroll
+  for (int u = 0; u < PACKS; ++u) {
+    const int s = (u * BLOCK + static_cast<int>(threadIdx.x)) * VEC;
+    if (s < left) pk[u] = *reinterpret_cast<const Pack<T, VEC>*>(x + offset + s);
+  }
+  if (inner == 1) {
+    const float g = to_float(dy[o]), l = to_float(lse[o]);
+#pragma unroll
+    for (int u = 0; u < PACKS; ++u) {
+      const int s = (u * BLOCK + static_cast<int>(threadIdx.x)) * VEC;
+      if (s >= left) break;
+      Pack<T, VEC> r;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) r.v[k] = from_float<T>(g * expf(to_float(pk[u].v[k]) - l));
+      store_pack(dx + offset + s, r);
+    }
+  } else {
+    const unsigned first = static_cast<unsigned>(start % inner);
+#pragma unroll
+    for (int u = 0; u < PACKS; ++u) {
+      const int s = (u * BLOCK + static_cast<int>(threadIdx.x)) * VEC;
+      if (s >= left) break;
+      const long long j = o * inner + (first + static_cast<unsigned>(s)) % static_cast<unsigned>(inner);
+      const Pack<T, VEC> g = *reinterpret_cast<const Pack<T, VEC>*>(dy + j);
+      const Pack<T, VEC> l = *reinterpret_cast<const Pack<T, VEC>*>(lse + j);
+      Pack<T, VEC> r;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) r.v[k] = from_float<T>(to_float(g.v[k]) * expf(to_float(pk[u].v[k]) - to_float(l.v[k])));
+      store_pack(dx + offset + s, r);
+    }
   }
 }
 
@@ -116,13 +167,23 @@ __device__ __forceinline__ void columns_backward(const T* dy, const T* x, const 
     columns_backward<T, VEC, UNROLL>(dy, x, lse, dx, outer, R, inner, chunk);                          \
   }
 
+#define TUNEKIT_LSE_BACKWARD_FLAT(name, T, VEC, PACKS)                                                 \
+  extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+      name(const T* dy, const T* x, const T* lse, T* dx, long long slice, long long inner,             \
+           long long tiles) {                                                                          \
+    flat_backward<T, VEC, PACKS>(dy, x, lse, dx, slice, inner, tiles);                                 \
+  }
+
 #define TUNEKIT_LSE_BACKWARD_FORMS(suffix, T, VEC)                                                     \
   TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_rows8_##suffix, T, 1, 8, 4)                             \
   TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_warp_##suffix, T, 1, 32, 8)                             \
   TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_warp_##suffix##_vec, T, VEC, 32, 4)                     \
   TUNEKIT_LSE_BACKWARD_ROWS(logsumexp_backward_block_##suffix##_vec, T, VEC, 256, 4)                   \
   TUNEKIT_LSE_BACKWARD_COLUMNS(logsumexp_backward_columns_##suffix, T, 1, 8)                           \
-  TUNEKIT_LSE_BACKWARD_COLUMNS(logsumexp_backward_columns_##suffix##_vec, T, VEC, 4)
+  TUNEKIT_LSE_BACKWARD_COLUMNS(logsumexp_backward_columns_##suffix##_vec, T, VEC, 4)                   \
+  TUNEKIT_LSE_BACKWARD_FLAT(logsumexp_backward_flat_##suffix, T, 1, 4)                                 \
+  TUNEKIT_LSE_BACKWARD_FLAT(logsumexp_backward_flat_##suffix##_vec, T, VEC, 1)                         \
+  TUNEKIT_LSE_BACKWARD_FLAT(logsumexp_backward_flat_##suffix##_vec_x2, T, VEC, 2)
 
 TUNEKIT_LSE_BACKWARD_FORMS(f32, float, 4)
 TUNEKIT_LSE_BACKWARD_FORMS(f16, __half, 8)

@@ -180,3 +180,28 @@ def logsumexp_backward_columns_kernel(dy_ptr, x_ptr, lse_ptr, dx_ptr, R, inner, 
     x = tl.load(x_ptr + at, mask=mask, other=0.0).to(tl.float32)
     dx = dy * tl.exp2((x - lse) * LOG2E)
     tl.store(dx_ptr + at, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def logsumexp_backward_flat_kernel(dy_ptr, x_ptr, lse_ptr, dx_ptr, slice, inner, tiles, BLOCK: tl.constexpr,
+                                   ROWS: tl.constexpr):
+    """The gradient as an elementwise op: program ``o * tiles + t`` covers elements
+    ``[t * BLOCK, (t + 1) * BLOCK)`` of slice ``o`` (R x inner contiguous elements). Offsets within
+    the tile are int32 (the host declines inner >= 2^31); one int64 division per program. ROWS:
+    inner == 1, one dy and lse per program."""
+    pid = tl.program_id(0).to(tl.int64)
+    o = pid // tiles
+    start = (pid - o * tiles) * BLOCK
+    local = tl.arange(0, BLOCK)
+    mask = local < slice - start
+    at = o * slice + start + local
+    x = tl.load(x_ptr + at, mask=mask, other=0.0).to(tl.float32)
+    if ROWS:
+        dy = tl.load(dy_ptr + o).to(tl.float32)
+        lse = tl.load(lse_ptr + o).to(tl.float32)
+    else:
+        j = o * inner + ((start % inner).to(tl.int32) + local) % inner
+        dy = tl.load(dy_ptr + j, mask=mask, other=0.0).to(tl.float32)
+        lse = tl.load(lse_ptr + j, mask=mask, other=0.0).to(tl.float32)
+    dx = dy * tl.exp2((x - lse) * LOG2E)
+    tl.store(dx_ptr + at, dx.to(dx_ptr.dtype.element_ty), mask=mask)
