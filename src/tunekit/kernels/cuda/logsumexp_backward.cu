@@ -106,8 +106,8 @@ __device__ __forceinline__ void columns_backward(const T* dy, const T* x, const 
 
 // Flat: block b covers elements [t * TILE, (t + 1) * TILE) of slice o = b / tiles; each thread
 // loads its PACKS packs (BLOCK x VEC elements apart) before using any. One 64-bit division per
-// block; per pack, rows (inner = 1) need nothing more, columns one 32-bit modulo (the host declines
-// inner >= 2^31) and a VEC-wide load each of dy and lse (inner % VEC == 0, so a pack never crosses
+// block; per pack, rows (inner = 1) need nothing more, columns one 32-bit modulo (a mask for a
+// power-of-two inner size; the host declines inner >= 2^31) and a VEC-wide load each of dy and lse (inner % VEC == 0, so a pack never crosses
 // a slice or a row of dy).
 template <typename T, int VEC, int PACKS>
 __device__ __forceinline__ void flat_backward(const T* dy, const T* x, const T* lse, T* dx, long long slice,
@@ -136,11 +136,13 @@ __device__ __forceinline__ void flat_backward(const T* dy, const T* x, const T* 
     }
   } else {
     const unsigned first = static_cast<unsigned>(start % inner);
+    const bool pow2 = (inner & (inner - 1)) == 0;  // most hidden sizes: a mask, not a 32-bit division
 #pragma unroll
     for (int u = 0; u < PACKS; ++u) {
       const int s = (u * BLOCK + static_cast<int>(threadIdx.x)) * VEC;
       if (s >= left) break;
-      const long long j = o * inner + (first + static_cast<unsigned>(s)) % static_cast<unsigned>(inner);
+      const unsigned at = first + static_cast<unsigned>(s);
+      const long long j = o * inner + (pow2 ? at & (static_cast<unsigned>(inner) - 1) : at % static_cast<unsigned>(inner));
       const Pack<T, VEC> g = *reinterpret_cast<const Pack<T, VEC>*>(dy + j);
       const Pack<T, VEC> l = *reinterpret_cast<const Pack<T, VEC>*>(lse + j);
       Pack<T, VEC> r;
