@@ -28,7 +28,7 @@ import torch
 from ..backends import nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
-__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaColumns", "CudaRowsBackward",
+__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaBulkRows", "CudaColumns", "CudaRowsBackward",
            "CudaColumnsBackward", "CudaFlatBackward"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -205,6 +205,59 @@ class CudaRows(_CudaReduction):
         return out
 
 
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+class CudaBulkRows(CudaRows):
+    """Rows whose loads the bulk copy engine makes (``logsumexp_bulk.cu``, sm_90 and newer): one
+    block per item of (row, ``chunk_bytes`` of it), the whole chunk requested at once, so how many
+    bytes are in flight is not left to ptxas's scheduling of register loads. Rows longer than a
+    chunk are split and merged by the combine kernel."""
+
+    #: shorter rows leave most of a block idle and gain nothing from the copy engine
+    MIN_ROW_BYTES = 4096
+
+    def __init__(self, name: str, dtype: torch.dtype, *, chunk_bytes: int):
+        self.size = torch.empty(0, dtype=dtype).element_size()
+        _CudaReduction.__init__(self, name, "logsumexp_bulk.cu", name, dtype, vec=16 // self.size, unroll=1)
+        self.threads_per_row, self.split, self.max_cols, self.rows_per_block = BLOCK, True, None, 1
+        self.chunk_bytes = chunk_bytes
+
+    def layout(self, outer, R, inner):
+        why = super().layout(outer, R, inner)
+        if why is None and R * self.size < self.MIN_ROW_BYTES:
+            why = f"rows of {self.MIN_ROW_BYTES} bytes or more only (the warp and rows8 forms take shorter ones)"
+        return why
+
+    def supports(self, p) -> str | None:
+        why = super().supports(p)
+        if why is None and _capability(p.x.get_device()) < (9, 0):
+            why = "needs sm_90 or newer (the bulk copy engine)"
+        return why
+
+    def source_hash(self) -> str:
+        return hash_source(super().source_hash(), self.chunk_bytes)
+
+    def run(self, p):
+        x = p.x
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        rows, cols, _ = _extents(p)
+        index = x.get_device()
+        chunk = min(cols, self.chunk_bytes // self.size)
+        splits = _ceil(cols, chunk)
+        sms = _sm_count(index)
+        grid = min(rows * splits, sms * self.kernel.resident_blocks(index, BLOCK) * 8)
+        if splits == 1:
+            self.kernel.launch(index, grid, BLOCK, x, out, 0, rows, cols, chunk, 1)
+            return out
+        partials = torch.empty((splits, rows, 2), dtype=torch.float32, device=x.device)
+        self.kernel.launch(index, grid, BLOCK, x, out, partials, rows, cols, chunk, splits)
+        self.combine.launch(index, _combine_grid(rows, sms), BLOCK, partials, out, rows, splits)
+        return out
+
+
 class CudaColumns(_CudaReduction):
     """Columns (inner > 1), read in place: ``ix`` threads along inner (``vec`` columns each) by
     ``BLOCK / ix`` along R per block; R is cut into chunks (merged by the combine kernel) when
@@ -318,7 +371,8 @@ class CudaFlatBackward(_CudaReduction):
 
 def cuda_candidates() -> list[_CudaReduction]:
     """The forward candidates, per dtype: rows (8, 32, 256 threads per row; scalar and 16-byte
-    loads), split rows (a block per chunk), columns (scalar and 16-byte loads)."""
+    loads), split rows (a block per chunk), columns (scalar and 16-byte loads), rows through the
+    bulk copy engine (8 and 32 KB chunks)."""
     out: list[_CudaReduction] = []
     for dtype, sfx in SUFFIX.items():
         vec = 16 // torch.empty(0, dtype=dtype).element_size()
@@ -330,6 +384,10 @@ def cuda_candidates() -> list[_CudaReduction]:
                                 split=True, kernel=f"logsumexp_block_{sfx}{tail}"))
             out.append(CudaColumns(f"logsumexp_columns_{sfx}{tail}", dtype, vec=v, unroll=unroll))
         out.append(CudaColumns(f"logsumexp_columns_narrow_{sfx}_vec", dtype, vec=vec, unroll=4, ix=8))
+        out.append(CudaRows(f"logsumexp_block_split_pairwise_{sfx}_vec", dtype, vec=vec, threads_per_row=256, unroll=4,
+                            split=True, kernel=f"logsumexp_block_pairwise_{sfx}_vec"))
+        for form in ("", "ffma_", "pairwise_"):
+            out.append(CudaBulkRows(f"logsumexp_bulk_32k_{form}{sfx}", dtype, chunk_bytes=32 * 1024))
     return out
 
 

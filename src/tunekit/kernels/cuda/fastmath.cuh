@@ -1,5 +1,7 @@
 // One-instruction fp32 approximations shared by the kernel sources (inlined into each .cu by
 // tunekit.backends.nvrtc.source).
+#ifndef TUNEKIT_FASTMATH_CUH
+#define TUNEKIT_FASTMATH_CUH
 namespace tunekit {
 
 // The hardware's approximate exp2 and reciprocal (one MUFU instruction each), flushing denormals:
@@ -18,3 +20,4 @@ __device__ __forceinline__ float fast_rcp(float v) {
 }
 
 }  // namespace tunekit
+#endif  // TUNEKIT_FASTMATH_CUH

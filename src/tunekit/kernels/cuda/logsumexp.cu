@@ -22,107 +22,20 @@
 // s only remembers whether a NaN was seen (0 or NaN); a max of -inf shifts by 0, so exp2(-inf) = 0.
 // Results: NaN if any NaN, else +inf if any +inf, -inf for only -inf (0 + log(0)).
 // Math in fp32 for every storage type; 64-bit offsets.
-#include "convert.cuh"
-#include "fastmath.cuh"
+#include "logsumexp_partial.cuh"
 
 namespace {
 
-using tunekit::fast_exp2;
 using tunekit::from_float;
 using tunekit::Pack;
 using tunekit::to_float;
+using namespace tunekit::lse;
 
-// NVRTC has no <math.h> macros
-#define TUNEKIT_INF __int_as_float(0x7f800000)
-#define TUNEKIT_NAN __int_as_float(0x7fffffff)
-constexpr float LOG2E = 1.44269504088896340736f;
 constexpr int BLOCK = 256;
-
-// (m, s): m the largest value seen (-inf if none but -inf), s = sum of exp(x - shift(m)); NaN in s
-// if a NaN was seen. While m = +inf, s is 0 or NaN.
-struct Partial {
-  float m;
-  float s;
-};
-
-__device__ __forceinline__ float shift_of(float m) { return m == -TUNEKIT_INF ? 0.0f : m; }
-
-__device__ __forceinline__ float scaled_exp(float x, float shift) { return fast_exp2((x - shift) * LOG2E); }
-
-// Fold N values into p: one rescale for all N. FUSED (fp32 storage): exp(x - shift) as
-// exp2(x * log2(e) - shift * log2(e)), one FFMA per element instead of FADD + FMUL (as flash
-// attention computes it); the product's rounding moves an exponent by at most an ulp of
-// shift * log2(e), ~1e-7 relative in the result. Measured on an H200: f32 split rows 94.4 -> 97.1%
-// and 92.2 -> 95.3% of copy. Not for 16-bit storage: there the same change (48 registers instead of
-// 53) let ptxas interleave the tile's loads with the math, and split rows fell 84.6 -> 81.6%
-// (taking the tile max on packed 16-bit pairs as well, 40 registers: 72%).
-template <bool FUSED, int N>
-__device__ __forceinline__ void fold(Partial& p, const float (&v)[N]) {
-  float tile_max = v[0];
-#pragma unroll
-  for (int k = 1; k < N; ++k) tile_max = fmaxf(tile_max, v[k]);
-  const float m = fmaxf(p.m, tile_max);
-  if (m == TUNEKIT_INF) {  // rare: keep only whether a NaN was seen (x * 0 keeps NaN, zeroes the rest)
-    float s = p.s * 0.0f;
-#pragma unroll
-    for (int k = 0; k < N; ++k) s = v[k] != v[k] ? v[k] : s;
-    p = Partial{m, s};
-    return;
-  }
-  const float shift = shift_of(m);
-  float s;
-  if constexpr (FUSED) {
-    const float offset = -shift * LOG2E;
-    s = p.s * fast_exp2(fmaf(p.m, LOG2E, offset));
-#pragma unroll
-    for (int k = 0; k < N; ++k) s += fast_exp2(fmaf(v[k], LOG2E, offset));
-  } else {
-    s = p.s * scaled_exp(p.m, shift);
-#pragma unroll
-    for (int k = 0; k < N; ++k) s += scaled_exp(v[k], shift);
-  }
-  p = Partial{m, s};
-}
-
-__device__ __forceinline__ Partial merge(Partial a, Partial b) {
-  const float m = fmaxf(a.m, b.m);
-  if (m == TUNEKIT_INF) return Partial{m, a.s * 0.0f + b.s * 0.0f};
-  const float shift = shift_of(m);
-  return Partial{m, a.s * scaled_exp(a.m, shift) + b.s * scaled_exp(b.m, shift)};
-}
-
-__device__ __forceinline__ float finish(Partial p) {
-  if (p.m == TUNEKIT_INF) return p.s == p.s ? TUNEKIT_INF : TUNEKIT_NAN;
-  return shift_of(p.m) + logf(p.s);  // accurate log: s may hold millions of terms
-}
-
-// Merge across aligned groups of TPR (<= 32) lanes with shuffles; every lane ends with the result.
-template <int TPR>
-__device__ __forceinline__ Partial group_reduce(Partial p) {
-#pragma unroll
-  for (int offset = TPR / 2; offset > 0; offset /= 2) {
-    Partial o;
-    o.m = __shfl_xor_sync(0xffffffffu, p.m, offset, TPR);
-    o.s = __shfl_xor_sync(0xffffffffu, p.s, offset, TPR);
-    p = merge(p, o);
-  }
-  return p;
-}
-
-// A result: the finished value when the reduction is not split, else the partial for combine.
-template <typename T>
-__device__ __forceinline__ void emit(Partial p, T* out, float2* partials, long long index, long long n_out,
-                                     long long split, long long splits) {
-  if (splits == 1) {
-    out[index] = from_float<T>(finish(p));
-  } else {
-    partials[split * n_out + index] = make_float2(p.m, p.s);
-  }
-}
 
 // One thread's share of elements [c, end) of a row, stepping STEP: tiles of UNROLL packs while
 // they fit, then single packs. (end - c) is a multiple of VEC (the host checks it).
-template <typename T, int VEC, int UNROLL, long long STEP>
+template <typename T, int VEC, int UNROLL, long long STEP, bool PAIRWISE = false>
 __device__ __forceinline__ void fold_range(Partial& p, const T* r, long long c, long long end) {
   for (; c + (UNROLL - 1) * STEP < end; c += UNROLL * STEP) {
     Pack<T, VEC> pk[UNROLL];
@@ -133,7 +46,7 @@ __device__ __forceinline__ void fold_range(Partial& p, const T* r, long long c, 
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
       for (int k = 0; k < VEC; ++k) v[u * VEC + k] = to_float(pk[u].v[k]);
-    fold<sizeof(T) == 4>(p, v);
+    fold_as<sizeof(T) == 4, PAIRWISE>(p, v);
   }
   for (; c < end; c += STEP) {
     const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(r + c);
@@ -145,7 +58,7 @@ __device__ __forceinline__ void fold_range(Partial& p, const T* r, long long c, 
 }
 
 // Rows: work items are (group of BLOCK / TPR rows, chunk of `chunk` columns), walked grid-stride.
-template <typename T, int VEC, int TPR, int UNROLL>
+template <typename T, int VEC, int TPR, int UNROLL, bool PAIRWISE = false>
 __device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long long n_rows, long long cols,
                                      long long chunk, long long splits) {
   constexpr int GROUPS = BLOCK / TPR;
@@ -161,7 +74,8 @@ __device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long 
     if (row < n_rows) {
       const long long begin = split * chunk;
       const long long end = begin + chunk < cols ? begin + chunk : cols;
-      fold_range<T, VEC, UNROLL, static_cast<long long>(TPR) * VEC>(p, x + row * cols, begin + lane * VEC, end);
+      fold_range<T, VEC, UNROLL, static_cast<long long>(TPR) * VEC, PAIRWISE>(p, x + row * cols, begin + lane * VEC,
+                                                                          end);
     }
     if constexpr (TPR <= 32) {
       p = group_reduce<TPR>(p);
@@ -257,11 +171,11 @@ __device__ __forceinline__ void combine(const float2* partials, T* out, long lon
 
 }  // namespace
 
-#define TUNEKIT_LSE_ROWS(name, T, VEC, TPR, UNROLL)                                                    \
+#define TUNEKIT_LSE_ROWS(name, T, VEC, TPR, UNROLL, ...)                                               \
   extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
       name(const T* x, T* out, float2* partials, long long n_rows, long long cols, long long chunk,    \
            long long splits) {                                                                         \
-    rows<T, VEC, TPR, UNROLL>(x, out, partials, n_rows, cols, chunk, splits);                          \
+    rows<T, VEC, TPR, UNROLL, ##__VA_ARGS__>(x, out, partials, n_rows, cols, chunk, splits);           \
   }
 
 #define TUNEKIT_LSE_COLUMNS(name, T, VEC, UNROLL, IX)                                                  \
@@ -279,6 +193,7 @@ __device__ __forceinline__ void combine(const float2* partials, T* out, long lon
   TUNEKIT_LSE_ROWS(logsumexp_warp_##suffix##_vec, T, VEC, 32, 4)                                       \
   TUNEKIT_LSE_ROWS(logsumexp_block_##suffix, T, 1, 256, 8)                                             \
   TUNEKIT_LSE_ROWS(logsumexp_block_##suffix##_vec, T, VEC, 256, 4)                                     \
+  TUNEKIT_LSE_ROWS(logsumexp_block_pairwise_##suffix##_vec, T, VEC, 256, 4, true)                      \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix, T, 1, 8, 32)                                         \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix##_vec, T, VEC, 4, 32)                                 \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_narrow_##suffix##_vec, T, VEC, 4, 8)                           \
