@@ -8,7 +8,7 @@ import torch
 
 import tunekit
 from elementwise_checks import DTYPES, triton_on_cpu
-from tunekit.ops._rows import (MAX_TERMS, CudaBulkRows, CudaColumns, CudaColumnsBackward, CudaFlatBackward, CudaRows,
+from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaFlatBackward, CudaRows,
                                CudaRowsBackward, split_chunk)
 from tunekit.ops._triton_rows import TritonBackwardFlat, TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
@@ -249,7 +249,8 @@ def test_more_than_2_to_the_31_elements(cuda):
     x[1, -3:] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16, device=cuda)  # past element 2^31
     x[0, :4] = torch.tensor([0.5, 1.5, -2.0, 0.0], dtype=torch.float16, device=cuda)
     expected = torch.stack([torch.logsumexp(x[0, :4].double(), 0), torch.logsumexp(x[1, -3:].double(), 0)])
-    names = ["logsumexp_block_f16_vec", "logsumexp_warp_f16", "logsumexp_block_split_f16_vec", "logsumexp_bulk_32k_f16"]
+    names = ["logsumexp_block_f16_vec", "logsumexp_warp_f16", "logsumexp_block_split_f16_vec",
+             "logsumexp_chunks32k_f16"]
     names += [c.name for c in logsumexp_op.candidates if isinstance(c, TritonRows)]
     for name in names:
         out = torch.full((rows,), float("nan"), dtype=torch.float16, device=cuda)
@@ -313,16 +314,11 @@ def test_cuda_forms_decline_on_the_gpu(cuda):
     assert "aligned" in vec.supports(LogsumexpParams(torch.randn(4, 33, device=cuda), (1,)))
     assert "aligned" in vec.supports(LogsumexpParams(torch.randn(4 * 32 + 1, device=cuda)[1:].view(4, 32), (1,)))
     assert "longer than" in vec.supports(LogsumexpParams(torch.randn(1, 2**18 + 4, device=cuda), (1,)))
-    bulk = logsumexp_op.candidate("logsumexp_bulk_32k_f32")
-    assert "bytes or more" in bulk.supports(LogsumexpParams(torch.randn(4, 1020, device=cuda), (1,)))
-    assert "aligned" in bulk.supports(LogsumexpParams(torch.randn(4, 1026, device=cuda), (1,)))
-    if torch.cuda.get_device_capability(cuda) < (9, 0):
-        assert "sm_90" in bulk.supports(LogsumexpParams(torch.randn(4, 1024, device=cuda), (1,)))
 
 
 def test_candidate_families_are_registered():
     kinds = {type(c) for c in logsumexp_op.candidates}
-    assert {CudaRows, CudaBulkRows, CudaColumns} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
+    assert {CudaRows, CudaColumns} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
     backward = {type(c) for c in logsumexp_backward_op.candidates}
     assert {CudaRowsBackward, CudaColumnsBackward, CudaFlatBackward, TritonBackwardFlat} <= backward
 

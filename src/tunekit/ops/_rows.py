@@ -28,7 +28,7 @@ import torch
 from ..backends import nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
-__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaBulkRows", "CudaColumns", "CudaRowsBackward",
+__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaColumns", "CudaRowsBackward",
            "CudaColumnsBackward", "CudaFlatBackward"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -37,6 +37,7 @@ BLOCKS_PER_SM = 2048 // BLOCK
 #: columns kernels: threads along inner x along R (kernels/cuda/logsumexp*.cu)
 IX, RY = 32, BLOCK // 32
 MAX_TERMS = 2**13
+MAX_GRID = 2**31 - 1
 SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
@@ -161,14 +162,22 @@ class _CudaReduction(Candidate):
 
 class CudaRows(_CudaReduction):
     """Rows (inner = 1), ``threads_per_row`` threads each; ``split`` cuts rows into chunks merged by
-    a second kernel (few long rows), otherwise rows longer than threads x MAX_TERMS are declined."""
+    a second kernel (few long rows), otherwise rows longer than threads x MAX_TERMS are declined.
+    ``chunk_bytes``: split into chunks of that size, one block each (the grid is every item; no
+    block walks a second), instead of split_chunk's few long chunks for one or two waves."""
+
+    chunk_bytes: int | None = None
 
     def __init__(self, name: str, dtype: torch.dtype, *, vec: int, threads_per_row: int, unroll: int,
-                 split: bool = False, kernel: str | None = None):
+                 split: bool = False, kernel: str | None = None, chunk_bytes: int | None = None):
         super().__init__(name, "logsumexp.cu", kernel or name, dtype, vec=vec, unroll=unroll)
-        self.threads_per_row, self.split = threads_per_row, split
+        self.threads_per_row, self.split, self.chunk_bytes = threads_per_row, split or chunk_bytes is not None, chunk_bytes
         self.rows_per_block = BLOCK // threads_per_row
-        self.max_cols = None if split else threads_per_row * MAX_TERMS
+        self.max_cols = None if self.split else threads_per_row * MAX_TERMS
+
+    def source_hash(self) -> str:
+        base = super().source_hash()
+        return base if self.chunk_bytes is None else hash_source(base, self.chunk_bytes)
 
     def layout(self, outer, R, inner):
         if inner != 1:
@@ -177,6 +186,8 @@ class CudaRows(_CudaReduction):
             return f"rows longer than {self.max_cols} (fp32 sums of more than {MAX_TERMS} terms per thread)"
         if self.vec > 1 and R % self.vec:
             return f"rows must start 16-byte aligned (cols a multiple of {self.vec})"
+        if self.chunk_bytes is not None and outer * _ceil(R, self.chunk_bytes // self.dtype.itemsize) > MAX_GRID:
+            return f"more than {MAX_GRID} chunks (one block each)"
         return None
 
     def _work(self, p, split: dict | None) -> tuple[int, int, int, int, int, int]:
@@ -187,6 +198,10 @@ class CudaRows(_CudaReduction):
         sms = _sm_count(index)
         groups = _ceil(rows, self.rows_per_block)
         chunk, splits = cols, 1
+        if self.chunk_bytes is not None:  # one block per item (layout() declined more than MAX_GRID)
+            chunk = min(cols, self.chunk_bytes // p.x.element_size())
+            splits = _ceil(cols, chunk)
+            return index, groups * splits, rows, cols, chunk, splits
         if split is not None:
             chunk, splits = split_chunk(cols, groups, sms, threads=self.threads_per_row,
                                         tile=self.threads_per_row * self.vec * self.unroll, **split)
@@ -202,59 +217,6 @@ class CudaRows(_CudaReduction):
         partials = torch.empty((splits, rows, 2), dtype=torch.float32, device=x.device)
         self.kernel.launch(index, grid, BLOCK, x, out, partials, rows, cols, chunk, splits)
         self.combine.launch(index, _combine_grid(rows, _sm_count(index)), BLOCK, partials, out, rows, splits)
-        return out
-
-
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-class CudaBulkRows(CudaRows):
-    """Rows whose loads the bulk copy engine makes (``logsumexp_bulk.cu``, sm_90 and newer): one
-    block per item of (row, ``chunk_bytes`` of it), the whole chunk requested at once, so how many
-    bytes are in flight is not left to ptxas's scheduling of register loads. Rows longer than a
-    chunk are split and merged by the combine kernel."""
-
-    #: shorter rows leave most of a block idle and gain nothing from the copy engine
-    MIN_ROW_BYTES = 4096
-
-    def __init__(self, name: str, dtype: torch.dtype, *, chunk_bytes: int):
-        self.size = torch.empty(0, dtype=dtype).element_size()
-        _CudaReduction.__init__(self, name, "logsumexp_bulk.cu", name, dtype, vec=16 // self.size, unroll=1)
-        self.threads_per_row, self.split, self.max_cols, self.rows_per_block = BLOCK, True, None, 1
-        self.chunk_bytes = chunk_bytes
-
-    def layout(self, outer, R, inner):
-        why = super().layout(outer, R, inner)
-        if why is None and R * self.size < self.MIN_ROW_BYTES:
-            why = f"rows of {self.MIN_ROW_BYTES} bytes or more only (the warp and rows8 forms take shorter ones)"
-        return why
-
-    def supports(self, p) -> str | None:
-        why = super().supports(p)
-        if why is None and _capability(p.x.get_device()) < (9, 0):
-            why = "needs sm_90 or newer (the bulk copy engine)"
-        return why
-
-    def source_hash(self) -> str:
-        return hash_source(super().source_hash(), self.chunk_bytes)
-
-    def run(self, p):
-        x = p.x
-        out = p.out if p.out is not None else p.new_outputs()["out"]
-        rows, cols, _ = _extents(p)
-        index = x.get_device()
-        chunk = min(cols, self.chunk_bytes // self.size)
-        splits = _ceil(cols, chunk)
-        sms = _sm_count(index)
-        grid = min(rows * splits, sms * self.kernel.resident_blocks(index, BLOCK) * 8)
-        if splits == 1:
-            self.kernel.launch(index, grid, BLOCK, x, out, 0, rows, cols, chunk, 1)
-            return out
-        partials = torch.empty((splits, rows, 2), dtype=torch.float32, device=x.device)
-        self.kernel.launch(index, grid, BLOCK, x, out, partials, rows, cols, chunk, splits)
-        self.combine.launch(index, _combine_grid(rows, sms), BLOCK, partials, out, rows, splits)
         return out
 
 
@@ -371,8 +333,7 @@ class CudaFlatBackward(_CudaReduction):
 
 def cuda_candidates() -> list[_CudaReduction]:
     """The forward candidates, per dtype: rows (8, 32, 256 threads per row; scalar and 16-byte
-    loads), split rows (a block per chunk), columns (scalar and 16-byte loads), rows through the
-    bulk copy engine (8 and 32 KB chunks)."""
+    loads), split rows (a block per chunk), columns (scalar and 16-byte loads)."""
     out: list[_CudaReduction] = []
     for dtype, sfx in SUFFIX.items():
         vec = 16 // torch.empty(0, dtype=dtype).element_size()
@@ -384,10 +345,9 @@ def cuda_candidates() -> list[_CudaReduction]:
                                 split=True, kernel=f"logsumexp_block_{sfx}{tail}"))
             out.append(CudaColumns(f"logsumexp_columns_{sfx}{tail}", dtype, vec=v, unroll=unroll))
         out.append(CudaColumns(f"logsumexp_columns_narrow_{sfx}_vec", dtype, vec=vec, unroll=4, ix=8))
-        out.append(CudaRows(f"logsumexp_block_split_pairwise_{sfx}_vec", dtype, vec=vec, threads_per_row=256, unroll=4,
-                            split=True, kernel=f"logsumexp_block_pairwise_{sfx}_vec"))
-        for form in ("", "ffma_", "pairwise_"):
-            out.append(CudaBulkRows(f"logsumexp_bulk_32k_{form}{sfx}", dtype, chunk_bytes=32 * 1024))
+        for kb in (32, 64):
+            out.append(CudaRows(f"logsumexp_chunks{kb}k_{sfx}", dtype, vec=vec, threads_per_row=256, unroll=4,
+                                kernel=f"logsumexp_chunks_{sfx}", chunk_bytes=kb * 1024))
     return out
 
 

@@ -1,7 +1,5 @@
 // Storage types <-> fp32, and a pack of VEC elements loaded or stored as one access, shared by
 // every kernel source (inlined into each .cu by tunekit.backends.nvrtc.source).
-#ifndef TUNEKIT_CONVERT_CUH
-#define TUNEKIT_CONVERT_CUH
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
@@ -42,4 +40,3 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, VEC>& v) {
 }
 
 }  // namespace tunekit
-#endif  // TUNEKIT_CONVERT_CUH

@@ -1,7 +1,5 @@
 // One-instruction fp32 approximations shared by the kernel sources (inlined into each .cu by
 // tunekit.backends.nvrtc.source).
-#ifndef TUNEKIT_FASTMATH_CUH
-#define TUNEKIT_FASTMATH_CUH
 namespace tunekit {
 
 // The hardware's approximate exp2 and reciprocal (one MUFU instruction each), flushing denormals:
@@ -20,4 +18,3 @@ __device__ __forceinline__ float fast_rcp(float v) {
 }
 
 }  // namespace tunekit
-#endif  // TUNEKIT_FASTMATH_CUH
