@@ -56,7 +56,7 @@ __device__ __forceinline__ float scaled_exp(float x, float shift) { return fast_
 // shift * log2(e), ~1e-7 relative in the result. Measured on an H200: f32 split rows 94.4 -> 97.1%
 // and 92.2 -> 95.3% of copy. Not for 16-bit storage in the grid-stride kernels: there the same
 // change (48 registers instead of 53) let ptxas interleave the tile's loads with the math, and
-// split rows fell 84.6 -> 81.6%; the chunks kernel takes it (one block per chunk, measured faster).
+// split rows fell 84.6 -> 81.6%. The chunks kernel uses it (45-48 registers; not timed without it).
 // No branch for +inf (an earlier form switched to a NaN-only mode): with it the fold's loop
 // carried a reconvergence barrier and was 1.6% slower (H200, 16-bit chunks).
 template <bool FUSED, int N>
@@ -107,7 +107,7 @@ __device__ __forceinline__ Partial group_reduce(Partial p) {
 }
 
 // A block's partial, valid in thread 0: warps merge by shuffles, then warp 0 merges the warps'
-// partials in 3 more (a serial loop in thread 0 held the block's slot ~1.5% longer: H200, chunks).
+// partials in 3 more (with a serial loop in thread 0 the 16-bit chunks kernel was 3% slower, H200).
 // Reuses `scratch`: a caller that reduces again must sync first.
 __device__ __forceinline__ Partial block_reduce(Partial p, Partial (&scratch)[BLOCK / 32]) {
   p = group_reduce<32>(p);
@@ -185,11 +185,11 @@ __device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long 
   }
 }
 
-// Chunks: one block per (row, chunk) item, the grid every item: no loop over items, no 64-bit
-// division per item (one per block). Measured on an H200, 16-bit 64 x 1M: a standalone kernel of
-// this shape reached the read ceiling (31.7 us in a graph) where the rows kernels, grid-stride over
-// split_chunk's longer chunks, took 37 us. Its exponent is one FFMA for every storage type (fewer
-// registers: 5 resident blocks per SM).
+// Chunks: one block per (row, chunk) item, the grid every item: no loop over items, one 64-bit
+// division per block. The shape of a bare probe kernel that read 16-bit 64 x 1M at the read ceiling
+// on an H200 (benchmarks/probe_logsumexp_kernel.py); with this file's fold it does not yet (the
+// work split was not the difference: logsumexp_rows_experiments-NVIDIA_H200.md). Its exponent is
+// one FFMA for every storage type (fewer registers: 5 resident blocks per SM).
 template <typename T, int VEC, int UNROLL>
 __device__ __forceinline__ void chunks(const T* x, T* out, float2* partials, long long n_rows, long long cols,
                                        long long chunk, long long splits) {
