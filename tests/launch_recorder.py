@@ -25,3 +25,38 @@ class RecordingDriver:
 
         self._entry = LAUNCH_SIGNATURE(entry)  # kept alive as long as the recorder
         self.address = ctypes.cast(self._entry, ctypes.c_void_p).value
+
+
+class LaunchAttribute(ctypes.Structure):
+    """cuda.h's CUlaunchAttribute: an id in an 8-byte slot, a 64-byte value union (read as its first int)."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig."""
+    _fields_ = [("dims", ctypes.c_uint * 7), ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)),
+                ("num_attrs", ctypes.c_uint)]
+
+
+LAUNCH_EX_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
+                                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+class RecordingDriverEx:
+    """A stand-in for cuLaunchKernelEx: records the config, its attributes and ``n_args`` 64-bit
+    kernel parameters; returns ``result``."""
+
+    def __init__(self, n_args: int, result: int = 0):
+        self.calls = []
+        self.result = result
+
+        def entry(config, f, params, extra):
+            c = config[0]
+            values = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0] for i in range(n_args)]
+            attrs = [(c.attrs[i].id, c.attrs[i].value) for i in range(c.num_attrs)]
+            self.calls.append(dict(function=f, grid=tuple(c.dims[0:3]), block=tuple(c.dims[3:6]), shared=c.dims[6],
+                                   stream=c.stream, attrs=attrs, values=values, extra=extra))
+            return self.result
+
+        self._entry = LAUNCH_EX_SIGNATURE(entry)
+        self.address = ctypes.cast(self._entry, ctypes.c_void_p).value

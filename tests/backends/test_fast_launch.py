@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from launch_recorder import RecordingDriver
+from launch_recorder import RecordingDriver, RecordingDriverEx
 from tunekit.backends import fast_launch
 
 @pytest.fixture(scope="module")
@@ -75,3 +75,37 @@ def test_a_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises((RuntimeError, OSError)):
         fast_launch.build(tmp_path)
+
+
+def test_launch_dependent_allows_programmatic_serialization(module):
+    """cuLaunchKernelEx gets the same launch plus one attribute: programmatic stream serialization
+    (id 6 in cuda.h) allowed."""
+    x = torch.randn(11)
+    driver = RecordingDriverEx(n_args=4)
+    module.launch_dependent(driver.address, 0xBEEF0, 77, 256, 0x7000, x, 5, -2, 1 << 33)
+    (call,) = driver.calls
+    assert call["function"] == 0xBEEF0 and call["grid"] == (77, 1, 1) and call["block"] == (256, 1, 1)
+    assert call["shared"] == 0 and call["stream"] == 0x7000 and call["extra"] is None
+    assert call["attrs"] == [(6, 1)]
+    assert call["values"] == [x.data_ptr(), 5, 2**64 - 2, 1 << 33]
+    failing = RecordingDriverEx(n_args=1, result=801)
+    with pytest.raises(RuntimeError, match="cuLaunchKernelEx failed: CUresult 801"):
+        module.launch_dependent(failing.address, 1, 1, 32, 0, 5)
+    with pytest.raises(ValueError):
+        module.launch_dependent(driver.address, 1, 0, 32, 0)  # empty grid, before the driver is called
+    assert len(driver.calls) == 1
+
+
+def test_the_launch_config_matches_cuda_h(tmp_path):
+    """fast_launch.c declares cuLaunchKernelEx's structs itself (no CUDA header at build time);
+    compiled with TUNEKIT_CHECK_CUDA_H against the real cuda.h, static asserts compare every field
+    it uses."""
+    from tunekit.backends import extension, nvrtc
+
+    found = [d for d in nvrtc.include_dirs() if os.path.exists(os.path.join(d, "cuda.h"))]
+    if not found:
+        if os.environ.get("CI"):
+            pytest.fail("CI has the CUDA headers; cuda.h was not found")
+        pytest.skip("no cuda.h on this machine")
+    extension.build("fast_launch.c", "tunekit_fast_launch", flags=("-Wall", "-Werror", "-DTUNEKIT_CHECK_CUDA_H",
+                                                                    f"-I{found[0]}"), directory=tmp_path)

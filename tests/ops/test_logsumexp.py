@@ -21,7 +21,7 @@ CASES = [((3, 1), (1,)), ((5, 31), (1,)), ((4, 33), (1,)), ((3, 1000), (1,)), ((
          ((2, 3, 33), (2,)), ((7,), (0,)), ((6, 200), (1,)), ((3, 4096), (1,)), ((3, 4, 40), (1, 2)),
          ((37, 5), (0,)), ((33, 64), (0,)), ((3, 50, 7), (1,)), ((2, 3, 4, 8), (1, 2)), ((4, 6, 8), (0,))]
 LARGE = [((2, 2**20 + 1), (1,)), ((4099, 64), (1,)), ((3, 2**18), (1,)), ((4, 40000), (1,)), ((2, 3 * 2**16), (1,)),
-         ((3000, 40), (0,)), ((3, 20000, 24), (1,)), ((2**18 + 3, 2), (0,))]
+         ((3000, 40), (0,)), ((3, 20000, 24), (1,)), ((2**18 + 3, 2), (0,)), ((3, 2**21 + 8), (1,))]
 INTERPRETER_MAX_ELEMENTS = 20000
 
 
@@ -93,7 +93,8 @@ def special_rows(rows, cols, dtype, device):
 
 
 @pytest.mark.parametrize("name, dtype, device, shape, dims",
-                         cases(logsumexp_op, [((8, 40), (1,)), ((40, 8), (0,)), ((8, 20000), (1,)), ((9000, 8), (0,))]))
+                         cases(logsumexp_op, [((8, 40), (1,)), ((40, 8), (0,)), ((8, 20000), (1,)), ((9000, 8), (0,)),
+                                             ((8, 2**21 + 8), (1,))]))
 def test_every_candidate_on_special_values(name, dtype, device, shape, dims):
     c = logsumexp_op.candidate(name)
     rows = special_rows(8, shape[1] if dims == (1,) else shape[0], dtype, device)
@@ -101,6 +102,48 @@ def test_every_candidate_on_special_values(name, dtype, device, shape, dims):
     p = LogsumexpParams(x, dims, False, torch.full((8,), float("nan"), dtype=dtype, device=device))
     supported_or_skip(c, p)
     close(c.run(p), torch.logsumexp(x.double(), dims), dtype)
+
+
+def _merged_candidates():
+    """CUDA C candidates whose partials a second pass merges (launched as a dependent launch)."""
+    return [c.name for c in logsumexp_op.candidates
+            if isinstance(c, CudaColumns) or (isinstance(c, CudaRows) and c.split)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", _merged_candidates())
+def test_split_candidates_replay_in_a_cuda_graph_on_new_inputs(name, cuda):
+    """The merge pass starts before the first pass ends (programmatic dependent launch) and waits
+    for its partials: captured in a CUDA graph and replayed on new inputs, every result is still
+    the new inputs' (rows cut into up to 384 chunks: both merge kernels)."""
+    c = logsumexp_op.candidate(name)
+    shape, dims = ((4, 3 * 2**20), (1,)) if isinstance(c, CudaRows) else ((4096, 520), (0,))
+    x = fresh(shape, c.dtype, cuda)
+    out = torch.full((shape[1 - dims[0]],), float("nan"), dtype=c.dtype, device=cuda)
+    p = LogsumexpParams(x, dims, False, out)
+    supported_or_skip(c, p)
+    c.run(p)  # loads the kernels outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c.run(p)
+    for _ in range(3):
+        x.copy_(fresh(shape, c.dtype, cuda))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        close(out, torch.logsumexp(x.double(), dims), c.dtype, x)
+
+
+@pytest.mark.gpu
+def test_merge_passes_are_dependent_launches_on_hopper(cuda):
+    from tunekit.backends import fast_launch, nvrtc
+
+    if torch.cuda.get_device_capability(cuda) < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90")
+    if fast_launch.load() is None:
+        pytest.skip(f"launch extension unavailable: {fast_launch.unavailable()}")
+    assert nvrtc._dependent_launch(torch.cuda.current_device()) is not None
 
 
 def backward_expected(dy, x, lse, dims, keepdim):

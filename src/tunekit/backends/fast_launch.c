@@ -2,6 +2,7 @@
  * tunekit.backends.fast_launch; see there for why).
  *
  *   launch(entry, function, grid, block, stream, *args) -> None
+ *   launch_dependent(entry, function, grid, block, stream, *args) -> None
  *
  * entry:    the address of the driver's cuLaunchKernel (or a stand-in with its signature: the tests
  *           pass a recording one, so the argument packing is checked without a GPU);
@@ -10,12 +11,20 @@
  * args:     the kernel's parameters, each an int (passed as 64 bits, negative ones as two's
  *           complement) or an object with data_ptr() (a tensor: its device address).
  *
+ * launch_dependent: the same launch through cuLaunchKernelEx (entry: its address) with programmatic
+ * stream serialization allowed, so the kernel may start before the previous kernel in the stream
+ * ends (Hopper's programmatic dependent launch); the kernel must wait (griddepcontrol.wait) before
+ * reading what that kernel wrote.
+ *
  * A driver error raises RuntimeError carrying the CUresult code. No CUDA header is needed: the
- * driver entry point is called through its documented C signature.
+ * driver entry points are called through their documented C signatures, and cuLaunchKernelEx's
+ * structs are declared here as cuda.h lays them out (tests/backends/test_fast_launch.py compiles
+ * this file against cuda.h with TUNEKIT_CHECK_CUDA_H to check the layout).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FIXED_ARGS 5
 #define MAX_KERNEL_ARGS 16
@@ -23,6 +32,40 @@
 typedef int (*launch_kernel_fn)(void *f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                                 unsigned int block_x, unsigned int block_y, unsigned int block_z,
                                 unsigned int shared_bytes, void *stream, void **params, void **extra);
+
+/* cuda.h's CUlaunchAttribute (an 8-byte id slot and a 64-byte value union) and CUlaunchConfig */
+typedef struct {
+  int id;
+  char pad[8 - sizeof(int)];
+  union {
+    char pad[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+} launch_attribute;
+
+typedef struct {
+  unsigned int grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  void *stream;
+  launch_attribute *attrs;
+  unsigned int num_attrs;
+} launch_config;
+
+#define PROGRAMMATIC_STREAM_SERIALIZATION 6 /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
+
+typedef int (*launch_kernel_ex_fn)(const launch_config *config, void *f, void **params, void **extra);
+
+#ifdef TUNEKIT_CHECK_CUDA_H
+#include <cuda.h>
+#include <stddef.h>
+_Static_assert(sizeof(launch_attribute) == sizeof(CUlaunchAttribute), "CUlaunchAttribute size");
+_Static_assert(offsetof(launch_attribute, value) == offsetof(CUlaunchAttribute, value), "CUlaunchAttribute.value");
+_Static_assert(sizeof(launch_config) == sizeof(CUlaunchConfig), "CUlaunchConfig size");
+_Static_assert(offsetof(launch_config, stream) == offsetof(CUlaunchConfig, hStream), "CUlaunchConfig.hStream");
+_Static_assert(offsetof(launch_config, attrs) == offsetof(CUlaunchConfig, attrs), "CUlaunchConfig.attrs");
+_Static_assert(offsetof(launch_config, num_attrs) == offsetof(CUlaunchConfig, numAttrs), "CUlaunchConfig.numAttrs");
+_Static_assert(PROGRAMMATIC_STREAM_SERIALIZATION == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+               "attribute id");
+#endif
 
 static PyObject *data_ptr_name;
 
@@ -60,40 +103,69 @@ static int as_value(PyObject *o, uint64_t *out) {
   return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  if (nargs < FIXED_ARGS || nargs > FIXED_ARGS + MAX_KERNEL_ARGS) {
-    PyErr_Format(PyExc_TypeError, "launch(entry, function, grid, block, stream, *args) takes %d to %d arguments (%zd given)",
-                 FIXED_ARGS, FIXED_ARGS + MAX_KERNEL_ARGS, nargs);
-    return NULL;
-  }
+/* The parsed arguments of a launch; 0 on success, -1 with a Python error set. */
+typedef struct {
   void *entry, *function, *stream;
   unsigned int grid, block;
-  if (as_address(args[0], &entry) || as_address(args[1], &function) || as_dim(args[2], "grid", &grid) ||
-      as_dim(args[3], "block", &block) || as_address(args[4], &stream))
-    return NULL;
-  if (entry == NULL || function == NULL) {
-    PyErr_SetString(PyExc_ValueError, "launch: null entry point or function");
-    return NULL;
-  }
   uint64_t values[MAX_KERNEL_ARGS];
   void *params[MAX_KERNEL_ARGS];
-  const Py_ssize_t n = nargs - FIXED_ARGS;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    if (as_value(args[FIXED_ARGS + i], &values[i])) return NULL;
-    params[i] = &values[i];
+} launch_args;
+
+static int parse(const char *name, PyObject *const *args, Py_ssize_t nargs, launch_args *out) {
+  if (nargs < FIXED_ARGS || nargs > FIXED_ARGS + MAX_KERNEL_ARGS) {
+    PyErr_Format(PyExc_TypeError, "%s(entry, function, grid, block, stream, *args) takes %d to %d arguments (%zd given)",
+                 name, FIXED_ARGS, FIXED_ARGS + MAX_KERNEL_ARGS, nargs);
+    return -1;
   }
-  const int err = ((launch_kernel_fn)entry)(function, grid, 1, 1, block, 1, 1, 0, stream, params, NULL);
+  if (as_address(args[0], &out->entry) || as_address(args[1], &out->function) ||
+      as_dim(args[2], "grid", &out->grid) || as_dim(args[3], "block", &out->block) ||
+      as_address(args[4], &out->stream))
+    return -1;
+  if (out->entry == NULL || out->function == NULL) {
+    PyErr_Format(PyExc_ValueError, "%s: null entry point or function", name);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < nargs - FIXED_ARGS; ++i) {
+    if (as_value(args[FIXED_ARGS + i], &out->values[i])) return -1;
+    out->params[i] = &out->values[i];
+  }
+  return 0;
+}
+
+static PyObject *result(const char *what, int err) {
   if (err != 0) {
-    PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed: CUresult %d", err);
+    PyErr_Format(PyExc_RuntimeError, "%s failed: CUresult %d", what, err);
     return NULL;
   }
   Py_RETURN_NONE;
 }
 
+static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  launch_args a;
+  if (parse("launch", args, nargs, &a)) return NULL;
+  return result("cuLaunchKernel",
+                ((launch_kernel_fn)a.entry)(a.function, a.grid, 1, 1, a.block, 1, 1, 0, a.stream, a.params, NULL));
+}
+
+static PyObject *launch_dependent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  launch_args a;
+  if (parse("launch_dependent", args, nargs, &a)) return NULL;
+  launch_attribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmatic_stream_serialization_allowed = 1;
+  const launch_config config = {a.grid, 1, 1, a.block, 1, 1, 0, a.stream, &attr, 1};
+  return result("cuLaunchKernelEx", ((launch_kernel_ex_fn)a.entry)(&config, a.function, a.params, NULL));
+}
+
 static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(entry, function, grid, block, stream, *args): call cuLaunchKernel (see the file's comment)"},
+    {"launch_dependent", (PyCFunction)(void (*)(void))launch_dependent, METH_FASTCALL,
+     "launch_dependent(entry, function, grid, block, stream, *args): call cuLaunchKernelEx with programmatic "
+     "stream serialization (see the file's comment)"},
     {NULL, NULL, 0, NULL},
 };
 

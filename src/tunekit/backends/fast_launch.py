@@ -51,18 +51,18 @@ def unavailable() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def driver_entry_point() -> int:
-    """The address of the driver's ``cuLaunchKernel`` (legacy default-stream semantics for stream
-    0, as torch's own launches have), found through the driver's ``cuGetProcAddress``."""
+def driver_entry_point(symbol: str = "cuLaunchKernel") -> int:
+    """The address of the driver's ``symbol`` (``cuLaunchKernel``, or ``cuLaunchKernelEx`` for
+    :func:`launch_dependent`; legacy default-stream semantics for stream 0, as torch's own launches
+    have), found through the driver's ``cuGetProcAddress``; 0 when the driver lacks it."""
     driver, _ = nvrtc._bindings()
     err, version = driver.cuDriverGetVersion()
     nvrtc._check(err, "cuDriverGetVersion")
     legacy = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
-    err, address, _ = driver.cuGetProcAddress(b"cuLaunchKernel", version, legacy)
-    nvrtc._check(err, "cuGetProcAddress(cuLaunchKernel)")
-    address = int(address)
+    err, address, _ = driver.cuGetProcAddress(symbol.encode(), version, legacy)
+    address = int(address) if int(err) == 0 else 0
     if not address:  # not expected from a working driver; libcuda's exported symbol is the same function
-        address = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value or 0
-    if not address:
+        address = ctypes.cast(getattr(ctypes.CDLL("libcuda.so.1"), symbol, None), ctypes.c_void_p).value or 0
+    if not address and symbol == "cuLaunchKernel":
         raise RuntimeError("cuLaunchKernel not found in the CUDA driver")
     return address

@@ -265,6 +265,21 @@ class CudaKernel:
             return
         self._launch_with_bindings(device_index, grid, block, args)
 
+    def launch_dependent(self, device_index: int, grid: int, block: int, *args) -> None:
+        """:meth:`launch`, but the kernel may start before the stream's previous kernel ends
+        (programmatic dependent launch, sm_90 and later): it hides this launch's latency behind that
+        kernel's last wave. The kernel must execute ``griddepcontrol.wait`` before it reads anything
+        the previous kernel wrote (see logsumexp.cu). Where the device, the driver or the C
+        extension cannot, this is a plain launch: the same results, serialized as usual."""
+        launch = _dependent_launch(device_index)
+        if launch is None:
+            self.launch(device_index, grid, block, *args)
+            return
+        fn = self._addresses.get(device_index)
+        if fn is None:
+            fn = self.address(device_index)
+        launch(fn, grid, block, _raw_stream(device_index), *args)
+
     def _launch_with_bindings(self, device_index: int, grid: int, block: int, args: tuple) -> None:
         fn = self.function(device_index)
         args_cache = self._local.__dict__.get("args")
@@ -301,6 +316,20 @@ def _resolve_c_launch():
     module = fast_launch.load()
     _c_launch = None if module is None else functools.partial(module.launch, fast_launch.driver_entry_point())
     return _c_launch
+
+
+@functools.lru_cache(maxsize=None)
+def _dependent_launch(device_index: int):
+    """``launch(function, grid, block, stream, *args)`` through cuLaunchKernelEx with programmatic
+    stream serialization, or None where it is not worth or not possible: a device before sm_90 (no
+    griddepcontrol), a driver without cuLaunchKernelEx, no C extension, or TUNEKIT_PDL=0."""
+    if os.environ.get("TUNEKIT_PDL", "1") == "0" or torch.cuda.get_device_capability(device_index) < (9, 0):
+        return None
+    from . import fast_launch
+
+    module = fast_launch.load()
+    entry = fast_launch.driver_entry_point("cuLaunchKernelEx") if module is not None else 0
+    return functools.partial(module.launch_dependent, entry) if entry else None
 
 
 @functools.lru_cache(maxsize=None)

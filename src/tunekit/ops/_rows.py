@@ -38,6 +38,9 @@ BLOCKS_PER_SM = 2048 // BLOCK
 IX, RY = 32, BLOCK // 32
 MAX_TERMS = 2**13
 MAX_GRID = 2**31 - 1
+#: splits a warp merges per result (4 loads per lane); more go to a block per result
+#: (kernels/cuda/logsumexp.cu: combine, combine_wide)
+WARP_MERGE_SPLITS = 4 * 32
 SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
@@ -130,6 +133,7 @@ class _CudaReduction(Candidate):
         self.name, self.dtype, self.vec, self.unroll = name, dtype, vec, unroll
         self.kernel = nvrtc.kernel(filename, kernel)
         self.combine = nvrtc.kernel("logsumexp.cu", f"logsumexp_combine_{SUFFIX[dtype]}")
+        self.combine_wide = nvrtc.kernel("logsumexp.cu", f"logsumexp_combine_wide_{SUFFIX[dtype]}")
 
     def layout(self, outer: int, R: int, inner: int) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -158,6 +162,19 @@ class _CudaReduction(Candidate):
 
     def source_hash(self) -> str:
         return hash_source(self.kernel.source_hash(), self.name, self.kernel.name, self.vec, self.unroll, BLOCK, IX)
+
+    def merge_partials(self, index: int, partials: torch.Tensor, out: torch.Tensor, n: int, splits: int,
+                       split_stride: int, result_stride: int) -> None:
+        """The second pass: out[j] from partials[j * result_stride + k * split_stride], k < splits.
+        A warp per result while 4 loads per lane cover the splits, else a block per result;
+        launched as a dependent of the first pass (its launch latency hides behind that pass's
+        last wave)."""
+        sms = _sm_count(index)
+        if splits <= WARP_MERGE_SPLITS:
+            kernel, grid = self.combine, _combine_grid(n, sms)
+        else:
+            kernel, grid = self.combine_wide, min(n, sms * BLOCKS_PER_SM * 4)
+        kernel.launch_dependent(index, grid, BLOCK, partials, out, n, splits, split_stride, result_stride)
 
 
 class CudaRows(_CudaReduction):
@@ -214,9 +231,14 @@ class CudaRows(_CudaReduction):
         if splits == 1:
             self.kernel.launch(index, grid, BLOCK, x, out, 0, rows, cols, chunk, 1)
             return out
-        partials = torch.empty((splits, rows, 2), dtype=torch.float32, device=x.device)
+        if self.chunk_bytes is not None:  # the chunks kernel writes partials[row][split]
+            partials = torch.empty((rows, splits, 2), dtype=torch.float32, device=x.device)
+            split_stride, result_stride = 1, splits
+        else:
+            partials = torch.empty((splits, rows, 2), dtype=torch.float32, device=x.device)
+            split_stride, result_stride = rows, 1
         self.kernel.launch(index, grid, BLOCK, x, out, partials, rows, cols, chunk, splits)
-        self.combine.launch(index, _combine_grid(rows, _sm_count(index)), BLOCK, partials, out, rows, splits)
+        self.merge_partials(index, partials, out, rows, splits, split_stride, result_stride)
         return out
 
 
@@ -259,8 +281,7 @@ class CudaColumns(_CudaReduction):
         partials = 0 if splits == 1 else torch.empty((splits, outer * inner, 2), dtype=torch.float32, device=x.device)
         self.kernel.launch(index, grid, BLOCK, x, out, partials, outer, R, inner, chunk, splits)
         if splits > 1:
-            self.combine.launch(index, _combine_grid(outer * inner, _sm_count(index)), BLOCK, partials, out,
-                                outer * inner, splits)
+            self.merge_partials(index, partials, out, outer * inner, splits, outer * inner, 1)
         return out
 
 

@@ -11,7 +11,8 @@
 //   in shared memory. IX = 32, or 8 for the narrow form: 8 x 16 bytes is still one whole 128-byte
 //   line per row, a block spans 4x fewer columns (inner = 128 in 16-bit no longer idles half the
 //   block) and 4x more rows, so fewer R splits are needed to fill the GPU. The input is read in place, never transposed. splits > 1 cuts R, and
-//   logsumexp_combine (a warp per result) merges the chunks' partials.
+//   logsumexp_combine merges the chunks' partials (a warp per result; _wide: a block per result,
+//   for many splits).
 //
 // Speed: each thread loads UNROLL packs of VEC elements before using any (bytes in flight), takes
 // their max first, then rescales its sum once per tile and adds independent exp2 terms: one MUFU
@@ -45,6 +46,22 @@ struct Partial {
   float m;
   float s;
 };
+
+// Programmatic dependent launch (sm_90 and later): a kernel whose partials a merge pass reads lets
+// that pass launch before it ends (the host launches the pass with programmatic stream
+// serialization), and the pass waits for this grid's writes before its first read. The early launch
+// hides the pass's launch latency behind the last wave (H200, 16-bit 64 x 1M: 34.6 -> 33.7 us).
+// Both instructions are no-ops for launches made without that attribute.
+__device__ __forceinline__ void allow_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisites() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ float shift_of(float m) { return fabsf(m) == TUNEKIT_INF ? 0.0f : m; }
 
@@ -163,6 +180,7 @@ __device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long 
   const int lane = threadIdx.x % TPR;
   const int group = threadIdx.x / TPR;
   __shared__ Partial warp_partials[BLOCK / 32];
+  allow_dependents();
   const long long row_groups = (n_rows + GROUPS - 1) / GROUPS;
   // every thread of a block runs the same iterations (barriers inside for TPR > 32)
   for (long long item = blockIdx.x; item < row_groups * splits; item += gridDim.x) {
@@ -185,24 +203,40 @@ __device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long 
   }
 }
 
-// Chunks: one block per (row, chunk) item, the grid every item: no loop over items, one 64-bit
-// division per block. The shape of a bare probe kernel that read 16-bit 64 x 1M at the read ceiling
-// on an H200 (benchmarks/probe_logsumexp_kernel.py); with this file's fold it does not yet (the
-// work split was not the difference: logsumexp_rows_experiments-NVIDIA_H200.md). Its exponent is
-// one FFMA for every storage type (fewer registers: 5 resident blocks per SM).
+// Chunks: one block per (row, chunk) item, item = row * splits + split, the grid every item; its
+// partial goes to partials[item] (row-major: [row][split]). When chunks tile every row exactly
+// (cols == splits * chunk) a chunk starts at item * chunk: no division before the first load. The
+// 64-bit division it replaces sat on a uniform-datapath chain ahead of every block's loads, and
+// with 6 short blocks per SM slot it cost 1.3 us of 34 (H200, 16-bit 64 x 1M; an ablation of this
+// kernel against a bare probe, benchmarks/probe_logsumexp_ablation.py). Ragged rows still divide.
+// Its exponent is one FFMA for every storage type (fewer registers: 5 resident blocks per SM).
 template <typename T, int VEC, int UNROLL>
 __device__ __forceinline__ void chunks(const T* x, T* out, float2* partials, long long n_rows, long long cols,
                                        long long chunk, long long splits) {
   __shared__ Partial warp_partials[BLOCK / 32];
-  const long long row = blockIdx.x / splits;
-  const long long split = blockIdx.x - row * splits;
-  const long long begin = split * chunk;
-  const long long end = begin + chunk < cols ? begin + chunk : cols;
+  allow_dependents();
+  const long long item = blockIdx.x;
+  const T* r;
+  long long length;
+  if (cols == chunk * splits) {
+    r = x + item * chunk;
+    length = chunk;
+  } else {
+    const long long row = item / splits;
+    const long long begin = (item - row * splits) * chunk;
+    r = x + row * cols + begin;
+    length = begin + chunk < cols ? chunk : cols - begin;
+  }
   Partial p{-TUNEKIT_INF, 0.0f};
-  fold_range<T, VEC, UNROLL, static_cast<long long>(BLOCK) * VEC, true>(p, x + row * cols, begin + threadIdx.x * VEC,
-                                                                     end);
+  fold_range<T, VEC, UNROLL, static_cast<long long>(BLOCK) * VEC, true>(p, r, threadIdx.x * VEC, length);
   p = block_reduce(p, warp_partials);
-  if (threadIdx.x == 0) emit(p, out, partials, row, n_rows, split, splits);
+  if (threadIdx.x == 0) {
+    if (splits == 1) {
+      out[item] = from_float<T>(finish(p));
+    } else {
+      partials[item] = make_float2(p.m, p.s);
+    }
+  }
 }
 
 // Columns: block = IX threads along inner x RY along R; grid = (inner blocks, outer, splits)
@@ -213,6 +247,7 @@ __device__ __forceinline__ void columns(const T* x, T* out, float2* partials, lo
                                         long long inner, long long chunk, long long splits) {
   constexpr int RY = BLOCK / IX;
   __shared__ Partial shared[RY][IX * VEC];
+  allow_dependents();
   const int tx = threadIdx.x % IX;
   const int ty = threadIdx.x / IX;
   const long long inner_blocks = (inner + IX * VEC - 1) / (IX * VEC);
@@ -263,20 +298,54 @@ __device__ __forceinline__ void columns(const T* x, T* out, float2* partials, lo
   }
 }
 
-// The second pass of a split reduction: out[j] from partials[0..splits)[j], a warp per result (its
-// lanes read the splits in parallel: a serial loop over 256 splits cost ~20 us of load latency).
+// The second pass of a split reduction: out[j] merges the splits' partials of result j, at
+// partials[j * result_stride + k * split_stride] for k < splits (split-major for rows and columns,
+// row-major for chunks). Each lane keeps 4 loads in flight: a load-then-merge loop over 1024
+// splits cost ~5 us (H200), and before that a serial loop over 256 splits by one thread ~20 us.
+// Merges go through shuffle trees, not a thread's serial loop: a thread per result (16 loads in
+// flight, 16 blocks for 4096 results) was slower than a warp per result, 2.7 against 2.2 us for
+// 4096 x 8 splits and 3.5 against 1.4 us for 64 x 16 (H200).
+template <int THREADS>
+__device__ __forceinline__ Partial merge_splits(const float2* q, long long splits, long long split_stride, int lane) {
+  Partial total{-TUNEKIT_INF, 0.0f};
+  for (long long k = lane; k < splits; k += 4 * THREADS) {
+    float2 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const long long s = k + u * THREADS;
+      v[u] = s < splits ? q[s * split_stride] : make_float2(-TUNEKIT_INF, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) total = merge(total, Partial{v[u].x, v[u].y});
+  }
+  return total;
+}
+
+// A warp per result (up to 4 x 32 splits in one round of loads).
 template <typename T>
-__device__ __forceinline__ void combine(const float2* partials, T* out, long long n, long long splits) {
+__device__ __forceinline__ void combine(const float2* partials, T* out, long long n, long long splits,
+                                        long long split_stride, long long result_stride) {
+  wait_for_prerequisites();
   const int lane = threadIdx.x % 32;
   const long long warps = static_cast<long long>(gridDim.x) * (BLOCK / 32);
   for (long long j = static_cast<long long>(blockIdx.x) * (BLOCK / 32) + threadIdx.x / 32; j < n; j += warps) {
-    Partial total{-TUNEKIT_INF, 0.0f};
-    for (long long k = lane; k < splits; k += 32) {
-      const float2 q = partials[k * n + j];
-      total = merge(total, Partial{q.x, q.y});
-    }
+    Partial total = merge_splits<32>(partials + j * result_stride, splits, split_stride, lane);
     total = group_reduce<32>(total);
     if (lane == 0) out[j] = from_float<T>(finish(total));
+  }
+}
+
+// A block per result, for many splits (4 x 16M rows in 32 KB chunks: 1024 per row).
+template <typename T>
+__device__ __forceinline__ void combine_wide(const float2* partials, T* out, long long n, long long splits,
+                                             long long split_stride, long long result_stride) {
+  __shared__ Partial warp_partials[BLOCK / 32];
+  wait_for_prerequisites();
+  for (long long j = blockIdx.x; j < n; j += gridDim.x) {
+    Partial total = merge_splits<BLOCK>(partials + j * result_stride, splits, split_stride, threadIdx.x);
+    total = block_reduce(total, warp_partials);
+    if (threadIdx.x == 0) out[j] = from_float<T>(finish(total));
+    __syncthreads();  // warp_partials is reused by the next result
   }
 }
 
@@ -313,8 +382,14 @@ __device__ __forceinline__ void combine(const float2* partials, T* out, long lon
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix##_vec, T, VEC, 4, 32)                                 \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_narrow_##suffix##_vec, T, VEC, 4, 8)                           \
   extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
-      logsumexp_combine_##suffix(const float2* partials, T* out, long long n, long long splits) {      \
-    combine<T>(partials, out, n, splits);                                                              \
+      logsumexp_combine_##suffix(const float2* partials, T* out, long long n, long long splits,        \
+                                 long long split_stride, long long result_stride) {                    \
+    combine<T>(partials, out, n, splits, split_stride, result_stride);                                 \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(BLOCK)                                                  \
+      logsumexp_combine_wide_##suffix(const float2* partials, T* out, long long n, long long splits,   \
+                                      long long split_stride, long long result_stride) {               \
+    combine_wide<T>(partials, out, n, splits, split_stride, result_stride);                            \
   }
 
 TUNEKIT_LSE_FORMS(f32, float, 4)
