@@ -16,10 +16,13 @@
 //
 // A CUDA C elementwise kernel's runner: out = at::empty_like(x), then the driver's cuLaunchKernel
 // (entry: its address, or a stand-in with its C signature in the tests) of `function` on
-// stream_fn(device_index) (torch's current raw stream) with the arguments (x, out, n).
+// stream_fn(device_index) (torch's current raw stream) with the arguments (x, out, n), with x's
+// device current for the launch (a device guard: the driver launches in the current context).
 #include <Python.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -187,8 +190,11 @@ PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
   }
   at::Tensor out;
   void* x_ptr;
+  c10::OptionalDeviceGuard guard;
   try {
     const at::Tensor& x = THPVariable_Unpack(args[0]);
+    const c10::Device device = x.device();  // switched only when another device is current
+    if (device.is_cuda() && c10::impl::getDeviceGuardImpl(device.type())->getDevice() != device) guard.reset_device(device);
     out = at::empty_like(x);
     x_ptr = x.data_ptr();
   } catch (const std::exception& e) {

@@ -184,6 +184,12 @@ def _stream_of_current(index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
 
 
+#: the current device's index (a private binding, with a public fallback). Launches compare it with
+#: the kernel's device: cuLaunchKernel runs in the calling thread's current context, and a kernel
+#: of another device's module failed there (CUDA_ERROR_INVALID_HANDLE: a tensor on cuda:1 while
+#: cuda:0 is current, as multi-GPU programs have).
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
 #: the raw handle of torch's current stream on a device (a private binding, with a public fallback)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _stream_of_current
 
@@ -256,6 +262,9 @@ class CudaKernel:
         :mod:`tunekit.backends.fast_launch` packs the arguments and calls the driver; without it,
         cuda-bindings' ``cuLaunchKernel`` with the packing in Python (~1 us more per call on an
         H200 host)."""
+        if device_index != _current_device():  # the driver launches in the current device's context
+            with torch.cuda.device(device_index):
+                return self.launch(device_index, grid, block, *args)
         fn = self._addresses.get(device_index)
         if fn is None:
             fn = self.address(device_index)
@@ -275,6 +284,9 @@ class CudaKernel:
         if launch is None:
             self.launch(device_index, grid, block, *args)
             return
+        if device_index != _current_device():
+            with torch.cuda.device(device_index):
+                return self.launch_dependent(device_index, grid, block, *args)
         fn = self._addresses.get(device_index)
         if fn is None:
             fn = self.address(device_index)
