@@ -8,10 +8,11 @@
 // - flat (any inner): the gradient as the elementwise op it is, every slice x[o] (R x inner
 //   contiguous elements) cut into tiles of BLOCK x VEC x PACKS, one block per tile and no loop,
 //   the layout of the activations' kernels; dy and lse come from L1/L2.
-// Each thread loads UNROLL packs of VEC elements before using any. Math in fp32 with the accurate
-// expf (special values as torch's composite: exp(inf - inf) = NaN); 64-bit offsets; any length
+// Each thread loads UNROLL packs of VEC elements before using any. Math in fp32 (special values as
+// torch's composite: exp(inf - inf) = NaN; grad_exp says which exp); 64-bit offsets; any length
 // (the host checks VEC alignment).
 #include "convert.cuh"
+#include "fastmath.cuh"
 
 namespace {
 
@@ -21,6 +22,21 @@ using tunekit::store_pack;
 using tunekit::to_float;
 
 constexpr int BLOCK = 256;
+constexpr float LOG2E = 1.44269504088896340736f;
+
+// exp(v - l) of one gradient element. float32 storage keeps the accurate expf (its results are
+// checked at float32 tolerance); 16-bit storage takes the one-instruction exp2 (fastmath.cuh), as
+// the forward does: an error of ~2 fp32 ulp that no 16-bit result shows, and about a third of the
+// instructions per element (expf is ~10), which a kernel moving 16 bytes per 8 elements both ways
+// has to issue.
+template <typename T>
+__device__ __forceinline__ float grad_exp(float v, float l) {
+  if constexpr (sizeof(T) == 4) {
+    return expf(v - l);
+  } else {
+    return tunekit::fast_exp2((v - l) * LOG2E);
+  }
+}
 
 template <typename T, int VEC, int UNROLL, long long STEP>
 __device__ __forceinline__ void scale_range(const T* x, T* dx, long long c, long long end, float g, float l) {
@@ -31,14 +47,14 @@ __device__ __forceinline__ void scale_range(const T* x, T* dx, long long c, long
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g * expf(to_float(pk[u].v[k]) - l));
+      for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g * grad_exp<T>(to_float(pk[u].v[k]), l));
       store_pack(dx + c + u * STEP, pk[u]);
     }
   }
   for (; c < end; c += STEP) {
     Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(x + c);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g * expf(to_float(pk.v[k]) - l));
+    for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g * grad_exp<T>(to_float(pk.v[k]), l));
     store_pack(dx + c, pk);
   }
 }
@@ -92,14 +108,14 @@ __device__ __forceinline__ void columns_backward(const T* dy, const T* x, const 
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g[k] * expf(to_float(pk[u].v[k]) - l[k]));
+      for (int k = 0; k < VEC; ++k) pk[u].v[k] = from_float<T>(g[k] * grad_exp<T>(to_float(pk[u].v[k]), l[k]));
       store_pack(dx + offset + (r + u * RY) * inner, pk[u]);
     }
   }
   for (; r < r_end; r += RY) {
     Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(x + offset + r * inner);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g[k] * expf(to_float(pk.v[k]) - l[k]));
+    for (int k = 0; k < VEC; ++k) pk.v[k] = from_float<T>(g[k] * grad_exp<T>(to_float(pk.v[k]), l[k]));
     store_pack(dx + offset + r * inner, pk);
   }
 }
@@ -131,7 +147,7 @@ __device__ __forceinline__ void flat_backward(const T* dy, const T* x, const T* 
       if (s >= left) break;
       Pack<T, VEC> r;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) r.v[k] = from_float<T>(g * expf(to_float(pk[u].v[k]) - l));
+      for (int k = 0; k < VEC; ++k) r.v[k] = from_float<T>(g * grad_exp<T>(to_float(pk[u].v[k]), l));
       store_pack(dx + offset + s, r);
     }
   } else {
@@ -147,7 +163,7 @@ __device__ __forceinline__ void flat_backward(const T* dy, const T* x, const T* 
       const Pack<T, VEC> l = *reinterpret_cast<const Pack<T, VEC>*>(lse + j);
       Pack<T, VEC> r;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) r.v[k] = from_float<T>(to_float(g.v[k]) * expf(to_float(pk[u].v[k]) - to_float(l.v[k])));
+      for (int k = 0; k < VEC; ++k) r.v[k] = from_float<T>(to_float(g.v[k]) * grad_exp<T>(to_float(pk[u].v[k]), to_float(l.v[k])));
       store_pack(dx + offset + s, r);
     }
   }
