@@ -8,8 +8,8 @@ import torch
 
 import tunekit
 from elementwise_checks import DTYPES, triton_on_cpu
-from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaFlatBackward, CudaRows,
-                               CudaRowsBackward, split_chunk)
+from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaFlatBackward, CudaRowBlock,
+                               CudaRows, CudaRowsBackward, split_chunk)
 from tunekit.ops._triton_rows import TritonBackwardFlat, TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
 from tunekit.tunable import results_store
@@ -314,6 +314,27 @@ def test_more_than_2_to_the_31_elements(cuda):
         if c is not logsumexp_op.default and c.supports(p) is None:
             c.run(p)
             close(p.out, expected, torch.float16)
+
+
+@pytest.mark.gpu
+def test_row_blocks_past_2_to_the_31_elements(cuda):
+    """A row block starts at blockIdx.x * cols: 64-bit once rows x cols passes 2^31 (short rows,
+    so every row-block candidate takes them)."""
+    rows, cols = 2**18 + 1, 2**13
+    x = torch.full((rows, cols), -float("inf"), dtype=torch.float16, device=cuda)
+    x[0, :2] = torch.tensor([0.5, -1.0], dtype=torch.float16, device=cuda)
+    x[-1, -3:] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16, device=cuda)  # past element 2^31
+    expected = torch.full((rows,), -float("inf"), dtype=torch.float64, device=cuda)
+    expected[0] = torch.logsumexp(x[0, :2].double(), 0)
+    expected[-1] = torch.logsumexp(x[-1, -3:].double(), 0)
+    names = [c.name for c in logsumexp_op.candidates if isinstance(c, CudaRowBlock) and c.dtype == torch.float16]
+    assert len(names) == 2
+    for name in names:
+        out = torch.full((rows,), float("nan"), dtype=torch.float16, device=cuda)
+        p = LogsumexpParams(x, (1,), False, out)
+        assert logsumexp_op.candidate(name).supports(p) is None, name
+        logsumexp_op.candidate(name).run(p)
+        close(out, expected, torch.float16)
 
 
 @pytest.mark.gpu

@@ -28,7 +28,7 @@ import torch
 from ..backends import nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
-__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaColumns", "CudaRowsBackward",
+__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaRowBlock", "CudaColumns", "CudaRowsBackward",
            "CudaColumnsBackward", "CudaFlatBackward"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -242,6 +242,37 @@ class CudaRows(_CudaReduction):
         return out
 
 
+class CudaRowBlock(_CudaReduction):
+    """Rows (inner = 1), one block of ``threads`` threads per row and the grid every row: no loop
+    and no division ahead of the loads, nothing to merge. 128 threads at 8 blocks per SM keep
+    1024 rows resident at once (one wave where the 256-thread forms need two); ``logsumexp.cu``
+    has the measurements."""
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, threads: int):
+        super().__init__(name, "logsumexp.cu", name, dtype, vec=vec, unroll=4)
+        self.threads = threads
+
+    def layout(self, outer, R, inner):
+        if inner != 1:
+            return "reduces the last dimension(s) only"
+        if R % self.vec:
+            return f"rows must start 16-byte aligned (cols a multiple of {self.vec})"
+        if R > self.threads * MAX_TERMS:
+            return f"rows longer than {self.threads * MAX_TERMS} (fp32 sums of more than {MAX_TERMS} terms per thread)"
+        if outer > MAX_GRID:
+            return f"more than {MAX_GRID} rows (one block each)"
+        return None
+
+    def source_hash(self) -> str:
+        return hash_source(super().source_hash(), self.threads)
+
+    def run(self, p):
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        rows, cols, _ = _extents(p)
+        self.kernel.launch(p.x.get_device(), rows, self.threads, p.x, out, cols)
+        return out
+
+
 class CudaColumns(_CudaReduction):
     """Columns (inner > 1), read in place: ``ix`` threads along inner (``vec`` columns each) by
     ``BLOCK / ix`` along R per block; R is cut into chunks (merged by the combine kernel) when
@@ -354,7 +385,8 @@ class CudaFlatBackward(_CudaReduction):
 
 def cuda_candidates() -> list[_CudaReduction]:
     """The forward candidates, per dtype: rows (8, 32, 256 threads per row; scalar and 16-byte
-    loads), split rows (a block per chunk), columns (scalar and 16-byte loads)."""
+    loads), split rows (a block per chunk), columns (scalar and 16-byte loads), row blocks (a block
+    of 128 or 256 threads per row, 16-byte loads)."""
     out: list[_CudaReduction] = []
     for dtype, sfx in SUFFIX.items():
         vec = 16 // torch.empty(0, dtype=dtype).element_size()
@@ -369,6 +401,8 @@ def cuda_candidates() -> list[_CudaReduction]:
         for kb in (32, 64):
             out.append(CudaRows(f"logsumexp_chunks{kb}k_{sfx}", dtype, vec=vec, threads_per_row=256, unroll=4,
                                 kernel=f"logsumexp_chunks_{sfx}", chunk_bytes=kb * 1024))
+        for threads in (128, 256):
+            out.append(CudaRowBlock(f"logsumexp_rowblock{threads}_{sfx}_vec", dtype, vec=vec, threads=threads))
     return out
 
 

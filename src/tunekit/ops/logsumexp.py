@@ -10,7 +10,9 @@ contiguous input reduced over adjacent dims is (outer, R, inner); rows: inner = 
   ``logsumexp_{rows8,warp,block}_<dtype>[_vec]`` (8 threads per row for rows of 64 and fewer, a
   warp, a block per row), ``logsumexp_block_split_<dtype>[_vec]`` (several blocks per row, then a
   combine pass: 4 x 16M), ``logsumexp_chunks{32,64}k_<dtype>`` (one block per 32 or 64 KB chunk of a
-  row, the grid every chunk), ``logsumexp_columns_<dtype>[_vec]`` (reduce a non-last dim in place).
+  row, the grid every chunk), ``logsumexp_rowblock{128,256}_<dtype>_vec`` (a block of 128 or 256
+  threads per row, the grid every row: 1024 rows of 32768 16-bit elements in one wave),
+  ``logsumexp_columns_<dtype>[_vec]`` (reduce a non-last dim in place).
 - Triton (``kernels/triton/logsumexp.py``): ``logsumexp_triton_*``.
 
 ``logsumexp_backward`` (``dx = dy * exp(x - lse)``, one pass over x): ``torch_logsumexp_backward``

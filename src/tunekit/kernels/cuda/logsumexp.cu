@@ -3,7 +3,8 @@
 // torch.logsumexp runs amax, subtract, exp, sum, log, add).
 //
 // Layouts (each its own candidate; the host picks the launch):
-// - rows (inner = 1): TPR threads own a row: 8 (rows of 64 and fewer), 32 (a warp), 256 (a block).
+// - rows (inner = 1): TPR threads own a row: 8 (rows of 64 and fewer), 32 (a warp), 256 (a block);
+//   row blocks: one block of 128 or 256 threads per row, the grid every row.
 //   With splits > 1 a row is cut into chunks, each block writes a partial (m, s) and
 //   logsumexp_combine merges them: few very long rows (4 x 16M) then still fill every SM.
 // - columns (inner > 1, e.g. dim 0 of a matrix): a block is IX threads along inner (VEC adjacent
@@ -123,16 +124,18 @@ __device__ __forceinline__ Partial group_reduce(Partial p) {
   return p;
 }
 
-// A block's partial, valid in thread 0: warps merge by shuffles, then warp 0 merges the warps'
-// partials in 3 more (with a serial loop in thread 0 the 16-bit chunks kernel was 3% slower, H200).
-// Reuses `scratch`: a caller that reduces again must sync first.
-__device__ __forceinline__ Partial block_reduce(Partial p, Partial (&scratch)[BLOCK / 32]) {
+// A block's partial, valid in thread 0 (a block of 32 x WARPS threads): warps merge by shuffles,
+// then warp 0 merges the warps' partials in log2(WARPS) more (with a serial loop in thread 0 the
+// 16-bit chunks kernel was 3% slower, H200). Reuses `scratch`: a caller that reduces again must
+// sync first.
+template <int WARPS>
+__device__ __forceinline__ Partial block_reduce(Partial p, Partial (&scratch)[WARPS]) {
   p = group_reduce<32>(p);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = p;
   __syncthreads();
   if (threadIdx.x < 32) {
-    p = threadIdx.x < BLOCK / 32 ? scratch[threadIdx.x] : Partial{-TUNEKIT_INF, 0.0f};
-    p = group_reduce<BLOCK / 32>(p);
+    p = threadIdx.x < WARPS ? scratch[threadIdx.x] : Partial{-TUNEKIT_INF, 0.0f};
+    p = group_reduce<WARPS>(p);
   }
   return p;
 }
@@ -237,6 +240,23 @@ __device__ __forceinline__ void chunks(const T* x, T* out, float2* partials, lon
       partials[item] = make_float2(p.m, p.s);
     }
   }
+}
+
+// Row blocks: one block of TB threads per row, the grid every row: no loop over items and no
+// division ahead of the loads (a row starts at blockIdx.x * cols). At TB = 128 and at most 64
+// registers, 8 blocks fit an SM, so 1024 rows are resident at once: 16-bit 1024 x 32768 in one
+// wave, where the 256-thread kernels (45-53 registers, 4-5 blocks per SM) run 1.55-1.94 waves of
+// 64 KB blocks (H200, benchmarks/probe_logsumexp_one_wave.py: 18.3-18.6 us against 19.3-19.5).
+// TB = 256 has fewer registers than the grid-stride and chunks kernels (36 for float32: 6 blocks
+// per SM; float32 4096 x 4096: 17.2-17.3 us against 17.5). FFMA exponents for every storage type.
+template <typename T, int VEC, int TB, int UNROLL>
+__device__ __forceinline__ void row_block(const T* x, T* out, long long cols) {
+  __shared__ Partial warp_partials[TB / 32];
+  Partial p{-TUNEKIT_INF, 0.0f};
+  fold_range<T, VEC, UNROLL, static_cast<long long>(TB) * VEC, true>(p, x + blockIdx.x * cols, threadIdx.x * VEC,
+                                                                      cols);
+  p = block_reduce(p, warp_partials);
+  if (threadIdx.x == 0) out[blockIdx.x] = from_float<T>(finish(p));
 }
 
 // Columns: block = IX threads along inner x RY along R; grid = (inner blocks, outer, splits)
@@ -377,6 +397,14 @@ __device__ __forceinline__ void combine_wide(const float2* partials, T* out, lon
       logsumexp_chunks_##suffix(const T* x, T* out, float2* partials, long long n_rows, long long cols,  \
                                 long long chunk, long long splits) {                                   \
     chunks<T, VEC, 4>(x, out, partials, n_rows, cols, chunk, splits);                                  \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(128, 8)                                                 \
+      logsumexp_rowblock128_##suffix##_vec(const T* x, T* out, long long cols) {                       \
+    row_block<T, VEC, 128, 4>(x, out, cols);                                                           \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(256)                                                    \
+      logsumexp_rowblock256_##suffix##_vec(const T* x, T* out, long long cols) {                       \
+    row_block<T, VEC, 256, 4>(x, out, cols);                                                           \
   }                                                                                                    \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix, T, 1, 8, 32)                                         \
   TUNEKIT_LSE_COLUMNS(logsumexp_columns_##suffix##_vec, T, VEC, 4, 32)                                 \

@@ -1,0 +1,243 @@
+"""Timing probe, not a candidate: can any logsumexp read 64 MiB of rows within 0.7 us of a pure read?
+
+Issue 4's 90% of the copy bandwidth at 64 MiB (16-bit 1024x32768, float32 4096x4096) allows 17.47 us
+on an H200, where the best pure read of 64 MiB takes 16.78 us (`read_ceiling-NVIDIA_H200.md`). A
+merge pass alone costs 1.3-2.2 us, so only a kernel that finishes a row where it reads it can make
+it; the library's block-per-row kernels do (19.5 us at 1024x32768), but at 45-53 registers 4-5
+blocks of 256 threads fit an SM, so 1024 rows of 64 KB run in 1.55-1.94 waves of long blocks.
+
+The probe times, on the same buffers: a pure read of the whole input (persistent grid, 4 x 16 B in
+flight per thread, as read_ceiling.py), the same read with one block per row, and block-per-row
+logsumexp kernels built from the library's own fold (logsumexp.cu's fold_range, FFMA exponent) with
+TB threads per row, UNROLL packs in flight and __launch_bounds__(TB, MINB): fewer threads per row so
+that every row's block is resident at once (one wave; 128 x 8 = 1024 threads per SM leave 64
+registers a thread). Results are checked against float64 torch. The library's candidates are timed
+in the same harness. CUDA-graph replay of 40 calls rotating 8 buffers (512 MiB: L2-cold), median of
+6. Needs cuda.bindings (the device image has it):
+``PYTHONPATH=src python benchmarks/probe_logsumexp_one_wave.py``. Results:
+``benchmarks/results/logsumexp_rows_experiments-NVIDIA_H200.md``."""
+import ctypes
+import statistics
+
+import torch
+
+from tunekit.backends import nvrtc
+from tunekit.bench import copy_bandwidth
+from tunekit.ops.logsumexp import LogsumexpParams, logsumexp_op
+
+PROBE = r'''
+namespace {
+// The block's partial in thread 0, for any TB (a multiple of 32, at most 1024).
+template <int TB>
+__device__ __forceinline__ Partial reduce_block(Partial p) {
+  __shared__ Partial warps[TB / 32];
+  p = group_reduce<32>(p);
+  if (TB == 32) return p;
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = p;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    p = threadIdx.x < TB / 32 ? warps[threadIdx.x] : Partial{-TUNEKIT_INF, 0.0f};
+    p = group_reduce<32>(p);
+  }
+  return p;
+}
+template <typename T, int TB, int UNROLL>
+__device__ __forceinline__ void row_block(const T* x, T* out, long long cols) {
+  constexpr int VEC = 16 / sizeof(T);
+  Partial p{-TUNEKIT_INF, 0.0f};
+  fold_range<T, VEC, UNROLL, static_cast<long long>(TB) * VEC, true>(p, x + blockIdx.x * cols, threadIdx.x * VEC, cols);
+  p = reduce_block<TB>(p);
+  if (threadIdx.x == 0) out[blockIdx.x] = from_float<T>(finish(p));
+}
+// Software-pipelined: the next tile's loads are issued before the current tile's math (the row
+// must be a whole number of tiles, as in the probe's shapes).
+template <typename T, int TB, int UNROLL>
+__device__ __forceinline__ void row_block_pipelined(const T* x, T* out, long long cols) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr long long STEP = static_cast<long long>(TB) * VEC;
+  const T* r = x + blockIdx.x * cols;
+  Partial p{-TUNEKIT_INF, 0.0f};
+  Pack<T, VEC> cur[UNROLL], nxt[UNROLL];
+  long long c = threadIdx.x * VEC;
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) cur[u] = *reinterpret_cast<const Pack<T, VEC>*>(r + c + u * STEP);
+  for (; c < cols; c += UNROLL * STEP) {
+    if (c + UNROLL * STEP < cols) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) nxt[u] = *reinterpret_cast<const Pack<T, VEC>*>(r + c + UNROLL * STEP + u * STEP);
+    }
+    float v[UNROLL * VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[u * VEC + k] = to_float(cur[u].v[k]);
+    fold<true>(p, v);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) cur[u] = nxt[u];
+  }
+  p = reduce_block<TB>(p);
+  if (threadIdx.x == 0) out[blockIdx.x] = from_float<T>(finish(p));
+}
+// Pure reads: XOR of every word, so no load can be dropped.
+template <int TB, int UNROLL>
+__device__ __forceinline__ void read_row(const uint4* x, unsigned* sink, long long packs_per_row) {
+  const uint4* r = x + blockIdx.x * packs_per_row;
+  unsigned acc = 0;
+  for (long long c = threadIdx.x; c < packs_per_row; c += UNROLL * TB) {
+    uint4 v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) v[u] = r[c + u * TB];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  if (threadIdx.x % 32 == 0) atomicXor(sink + blockIdx.x % 1024, acc);
+}
+}  // namespace
+extern "C" __global__ void __launch_bounds__(256) read_persistent_x4(const uint4* x, unsigned* sink, long long n) {
+  const long long tile = 256 * 4;
+  unsigned acc = 0;
+  for (long long b = blockIdx.x; b * tile < n; b += gridDim.x) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) { const long long i = b * tile + threadIdx.x + u * 256; v[u] = i < n ? x[i] : make_uint4(0, 0, 0, 0); }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  if (threadIdx.x % 32 == 0) atomicXor(sink + blockIdx.x % 1024, acc);
+}
+#define READ_ROW(TB, U, MINB) extern "C" __global__ void __launch_bounds__(TB, MINB) \
+  read_row_t##TB##_u##U(const uint4* x, unsigned* sink, long long packs) { read_row<TB, U>(x, sink, packs); }
+READ_ROW(128, 4, 8) READ_ROW(256, 4, 4)
+#define ROW(TB, U, MINB, sfx, T) extern "C" __global__ void __launch_bounds__(TB, MINB) \
+  rb_t##TB##_u##U##_m##MINB##_##sfx(const T* x, T* out, long long cols) { row_block<T, TB, U>(x, out, cols); }
+#define ROWS(sfx, T) ROW(64, 8, 16, sfx, T) ROW(128, 4, 8, sfx, T) ROW(128, 8, 8, sfx, T) ROW(256, 4, 1, sfx, T) \
+  ROW(256, 4, 8, sfx, T) ROW(512, 2, 2, sfx, T) ROW(512, 4, 2, sfx, T)
+#define PIPE(TB, U, MINB, sfx, T) extern "C" __global__ void __launch_bounds__(TB, MINB) \
+  rbpipe_t##TB##_u##U##_m##MINB##_##sfx(const T* x, T* out, long long cols) { row_block_pipelined<T, TB, U>(x, out, cols); }
+#define PIPES(sfx, T) PIPE(128, 2, 8, sfx, T) PIPE(128, 4, 8, sfx, T) PIPE(256, 2, 4, sfx, T) PIPE(256, 4, 1, sfx, T)
+ROWS(f16, __half) ROWS(f32, float) PIPES(f16, __half) PIPES(f32, float)
+'''
+ROW_FORMS = ["rb_t64_u8_m16", "rb_t128_u4_m8", "rb_t128_u8_m8", "rb_t256_u4_m1", "rb_t256_u4_m8", "rb_t512_u2_m2",
+             "rb_t512_u4_m2",
+             "rbpipe_t128_u2_m8", "rbpipe_t128_u4_m8", "rbpipe_t256_u2_m4", "rbpipe_t256_u4_m1"]
+
+
+class Probe:
+    """The probe's kernels, compiled by the library's NVRTC path and launched through the driver."""
+
+    def __init__(self):
+        from cuda.bindings import driver
+        self.driver = driver
+        code = nvrtc.source("logsumexp.cu") + PROBE
+        cubin = nvrtc.compile_cubin(code, "probe_one_wave.cu", "sm_90", (), use_cache=False)
+        torch.cuda.current_stream()
+        err, self.module = driver.cuModuleLoadData(cubin)
+        assert int(err) == 0, err
+        self.fns = {}
+
+    def fn(self, name):
+        if name not in self.fns:
+            err, self.fns[name] = self.driver.cuModuleGetFunction(self.module, name.encode())
+            assert int(err) == 0, (name, err)
+        return self.fns[name]
+
+    def registers(self, name):
+        d = self.driver
+        err, regs = d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, self.fn(name))
+        err2, blocks = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.fn(name), self.block_of(name), 0)
+        return regs, blocks
+
+    @staticmethod
+    def block_of(name):
+        return 256 if name == "read_persistent_x4" else int(name.split("_t", 1)[1].split("_")[0])
+
+    def launch(self, name, grid, *args):
+        d = self.driver
+        holders = [ctypes.c_uint64(a.data_ptr()) if torch.is_tensor(a) else ctypes.c_int64(a) for a in args]
+        array = (ctypes.c_void_p * len(args))(*[ctypes.addressof(h) for h in holders])
+        (err,) = d.cuLaunchKernel(self.fn(name), grid, 1, 1, self.block_of(name), 1, 1, 0,
+                                  torch.cuda.current_stream().cuda_stream, ctypes.addressof(array), 0)
+        assert int(err) == 0, (name, err)
+
+
+def timed(fn, n=40, reps=7) -> float:
+    """us per call: CUDA-graph replay of n calls (call i on buffer i % 8), median of reps - 1."""
+    fn(0)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(n):
+            fn(i)
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / n)
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    bw = copy_bandwidth(torch.device("cuda"))  # eager copies: a captured copy runs on a copy engine, slower
+    print(f"# {torch.cuda.get_device_name()}; copy (1 GiB, read + write): {bw:.0f} GB/s")
+    probe = Probe()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sink = torch.zeros(1024, dtype=torch.int32, device="cuda")
+    nbytes = 64 << 20
+    line = 90.0 * bw * 1e9 / 100
+    print(f"90% of copy at 64 MiB: {nbytes / line * 1e6:.2f} us\n")
+    print("| shape | kernel | registers | blocks per SM | waves | us | % of copy | matches float64 torch |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for dtype, rows, sfx in ((torch.float16, 1024, "f16"), (torch.float32, 4096, "f32")):
+        cols = nbytes // dtype.itemsize // rows
+        bufs = [torch.randn(rows, cols, device="cuda", dtype=dtype) * 3 for _ in range(8)]
+        ref = torch.logsumexp(bufs[0].double(), -1)
+        shape = f"{rows}x{cols} {sfx}"
+
+        def row(kernel, regs, blocks, grid, us, ok):
+            waves = f"{grid / (blocks * sms):.2f}" if blocks else "-"
+            print(f"| {shape} | {kernel} | {regs} | {blocks} | {waves} | {us:.2f} | {nbytes / (us * 1e-6) / 1e9 / bw * 100:.1f} | {ok} |")
+
+        regs, blocks = probe.registers("read_persistent_x4")
+        packs = nbytes // 16
+        us = timed(lambda i: probe.launch("read_persistent_x4", blocks * sms, bufs[i % 8], sink, packs))
+        row("pure read, persistent grid, 4 x 16 B per thread", regs, blocks, blocks * sms, us, "-")
+        for tb in (128, 256):
+            name = f"read_row_t{tb}_u4"
+            regs, blocks = probe.registers(name)
+            us = timed(lambda i: probe.launch(name, rows, bufs[i % 8], sink, packs // rows))
+            row(f"pure read, block per row ({name})", regs, blocks, rows, us, "-")
+        out = torch.empty(rows, device="cuda", dtype=dtype)
+        for form in ROW_FORMS:
+            name = f"{form}_{sfx}"
+            regs, blocks = probe.registers(name)
+            out.fill_(float("nan"))
+            probe.launch(name, rows, bufs[0], out, cols)
+            torch.cuda.synchronize()
+            ok = "yes" if torch.allclose(out.double(), ref, rtol=2e-3, atol=2e-3) else "NO"
+            us = timed(lambda i: probe.launch(name, rows, bufs[i % 8], out, cols))
+            row(name, regs, blocks, rows, us, ok)
+        names = [f"logsumexp_chunks32k_{sfx}", f"logsumexp_chunks64k_{sfx}", f"logsumexp_block_{sfx}_vec",
+                 "logsumexp_triton_rows_b4096_w8"]
+        for name in names:
+            c = logsumexp_op.candidate(name)
+            ps = [LogsumexpParams(b, (1,), False, torch.empty(rows, device="cuda", dtype=dtype)) for b in bufs]
+            if c.supports(ps[0]) is not None:
+                continue
+            ps[0].out.fill_(float("nan"))
+            c.run(ps[0])
+            torch.cuda.synchronize()
+            ok = "yes" if torch.allclose(ps[0].out.double(), ref, rtol=2e-3, atol=2e-3) else "NO"
+            us = timed(lambda i: c.run(ps[i % 8]))
+            row(f"library: {name}", "-", 0, 0, us, ok)
+        del bufs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
