@@ -1,6 +1,7 @@
 """tunekit.logsumexp and logsumexp_backward: every candidate against a float64 reference on fresh inputs
 (outputs pre-filled with NaN), torch.logsumexp's semantics through the public function, autograd."""
 
+import importlib
 import math
 
 import pytest
@@ -256,6 +257,29 @@ def test_edge_cases_follow_torch():
         tunekit.logsumexp(torch.randn(3, 4), (1, 1))
 
 
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_an_empty_dim_list_is_torchs_own_call(keepdim, recwarn, monkeypatch):
+    """dim=() means whatever torch makes of it (torch 2.x: an error without keepdim, all dims with
+    it), without tuning: an output shaped for "no reduction" once drew torch's resize warning."""
+    module = importlib.import_module("tunekit.ops.logsumexp")  # the package's attribute is the function
+
+    def tuned(p):
+        raise AssertionError(f"tuned op called for dims {p.dims}")
+
+    monkeypatch.setattr(module, "_logsumexp_call", tuned)
+    x = torch.randn(3, 4)
+    try:
+        expected = torch.logsumexp(x, (), keepdim)
+    except RuntimeError as e:
+        with pytest.raises(type(e)):
+            tunekit.logsumexp(x, (), keepdim)
+    else:
+        torch.testing.assert_close(tunekit.logsumexp(x, (), keepdim), expected)
+    assert not [w for w in recwarn if "resized" in str(w.message)]
+    with pytest.raises(AssertionError, match="tuned op called"):  # the stand-in is live: dim=1 reaches it
+        tunekit.logsumexp(x, 1)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES + [torch.float64])
 def test_gradients_match_float64_torch(dtype, device):
@@ -382,7 +406,7 @@ def test_cuda_forms_decline_on_the_gpu(cuda):
 
 def test_candidate_families_are_registered():
     kinds = {type(c) for c in logsumexp_op.candidates}
-    assert {CudaRows, CudaColumns} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
+    assert {CudaRows, CudaRowBlock, CudaColumns} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
     backward = {type(c) for c in logsumexp_backward_op.candidates}
     assert {CudaRowsBackward, CudaColumnsBackward, CudaFlatBackward, TritonBackwardFlat} <= backward
 

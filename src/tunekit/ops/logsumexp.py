@@ -207,6 +207,8 @@ def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
         dims = normalize_dims(dim, x.dim())
     except (ValueError, TypeError):
         return torch.logsumexp(x, dim, keepdim)
+    if not dims:  # an empty dim list: torch's own meaning (an error or all dims, by keepdim), untuned
+        return torch.logsumexp(x, dim, keepdim)
     if x.requires_grad and torch.is_grad_enabled():
         return LogsumexpFunction.apply(x, dims, bool(keepdim))
     return _logsumexp_call(LogsumexpParams(x, dims, bool(keepdim)))

@@ -24,6 +24,7 @@
 // sum +inf (it stays +inf or NaN: every term and scale is >= 0) and exp2(-inf) = 0.
 // Results: NaN if any NaN, else +inf if any +inf, -inf for only -inf (0 + log(0)).
 // Math in fp32 for every storage type; 64-bit offsets.
+#include "column_tile.cuh"
 #include "convert.cuh"
 #include "fastmath.cuh"
 
@@ -268,15 +269,10 @@ __device__ __forceinline__ void columns(const T* x, T* out, float2* partials, lo
   constexpr int RY = BLOCK / IX;
   __shared__ Partial shared[RY][IX * VEC];
   allow_dependents();
-  const int tx = threadIdx.x % IX;
-  const int ty = threadIdx.x / IX;
-  const long long inner_blocks = (inner + IX * VEC - 1) / (IX * VEC);
-  const long long ib = blockIdx.x % inner_blocks;
-  const long long o = (blockIdx.x / inner_blocks) % outer;
-  const long long split = blockIdx.x / inner_blocks / outer;
-  const long long i0 = (ib * IX + tx) * VEC;
-  const long long r_begin = split * chunk;
-  const long long r_end = r_begin + chunk < R ? r_begin + chunk : R;
+  const tunekit::ColumnTile<IX, VEC, BLOCK> t(outer, inner);
+  const int tx = t.tx, ty = t.ty;
+  const long long ib = t.ib, o = t.o, split = t.split, i0 = t.i0;
+  const long long r_begin = t.begin(chunk), r_end = t.end(R, chunk);
   Partial p[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) p[k] = Partial{-TUNEKIT_INF, 0.0f};

@@ -11,6 +11,7 @@
 // Each thread loads UNROLL packs of VEC elements before using any. Math in fp32 (special values as
 // torch's composite: exp(inf - inf) = NaN; grad_exp says which exp); 64-bit offsets; any length
 // (the host checks VEC alignment).
+#include "column_tile.cuh"
 #include "convert.cuh"
 #include "fastmath.cuh"
 
@@ -83,13 +84,9 @@ __device__ __forceinline__ void columns_backward(const T* dy, const T* x, const 
                                                  long long R, long long inner, long long chunk) {
   constexpr int IX = 32;
   constexpr int RY = BLOCK / IX;
-  const int tx = threadIdx.x % IX;
-  const int ty = threadIdx.x / IX;
-  const long long inner_blocks = (inner + IX * VEC - 1) / (IX * VEC);
-  const long long ib = blockIdx.x % inner_blocks;
-  const long long o = (blockIdx.x / inner_blocks) % outer;
-  const long long split = blockIdx.x / inner_blocks / outer;
-  const long long i0 = (ib * IX + tx) * VEC;
+  const tunekit::ColumnTile<IX, VEC, BLOCK> t(outer, inner);
+  const int ty = t.ty;
+  const long long o = t.o, i0 = t.i0;
   if (i0 >= inner) return;
   float g[VEC], l[VEC];
 #pragma unroll
@@ -97,8 +94,7 @@ __device__ __forceinline__ void columns_backward(const T* dy, const T* x, const 
     g[k] = to_float(dy[o * inner + i0 + k]);
     l[k] = to_float(lse[o * inner + i0 + k]);
   }
-  const long long r_begin = split * chunk;
-  const long long r_end = r_begin + chunk < R ? r_begin + chunk : R;
+  const long long r_begin = t.begin(chunk), r_end = t.end(R, chunk);
   const long long offset = o * R * inner + i0;
   long long r = r_begin + ty;
   for (; r + (UNROLL - 1) * RY < r_end; r += UNROLL * RY) {
