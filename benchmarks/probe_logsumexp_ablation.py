@@ -21,7 +21,6 @@ Timed as the earlier probe: CUDA events over CUDA-graph replay of 40 calls rotat
 128 MiB (L2-cold), median of 6. Needs cupy (the device image has it):
 ``PYTHONPATH=src python benchmarks/probe_logsumexp_ablation.py [PARTS]`` (PARTS: letters, default ABCD). Results:
 ``benchmarks/results/logsumexp_rows_experiments-NVIDIA_H200.md``."""
-import statistics
 import sys
 
 import cupy as cp
@@ -30,6 +29,8 @@ import torch
 from tunekit.backends import nvrtc
 from tunekit.ops.logsumexp import LogsumexpParams, logsumexp_op
 from tunekit.ops import _rows
+from tunekit.bench import copy_bandwidth
+from probe_timing import timed
 
 SRC = r'''
 #include <cuda_fp16.h>
@@ -239,32 +240,6 @@ class DriverKernels:
         assert int(err) == 0, err
 
 
-def timed(fn, n=40, reps=7) -> float:
-    """µs per call: CUDA-graph replay of n calls (call i on buffer i % 8), median of reps - 1."""
-    fn(0)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n):
-            fn(i)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / n)
-    return statistics.median(times[1:])
-
-
-def copy_gbps() -> float:
-    src, dst = (torch.empty(1 << 30, dtype=torch.uint8, device="cuda") for _ in range(2))
-    us = timed(lambda i: dst.copy_(src), n=10)
-    del src, dst
-    return 2 * (1 << 30) / (us * 1e-6) / 1e9
-
-
 def part_a(bufs16, bufs32) -> None:
     print("\n## A. split candidates alone and with their combine kernel (us)\n")
     print("| candidate | shape | grid | splits | kernel alone | + combine | combine's share |")
@@ -391,7 +366,7 @@ def part_d(bufs16) -> None:
 
 def main() -> None:
     torch.manual_seed(0)
-    print(f"# {torch.cuda.get_device_name()}; copy (1 GiB, read + write): {copy_gbps():.0f} GB/s")
+    print(f"# {torch.cuda.get_device_name()}; copy (1 GiB, read + write): {copy_bandwidth(torch.device('cuda')):.0f} GB/s")
     n16 = 64 << 20  # 128 MiB of 16-bit, 64 x 1M or 4 x 16M
     bufs16 = [torch.randn(n16, device="cuda", dtype=torch.float16) * 3 for _ in range(8)]
     parts = sys.argv[1] if len(sys.argv) > 1 else "ABCD"

@@ -17,13 +17,13 @@ in the same harness. CUDA-graph replay of 40 calls rotating 8 buffers (512 MiB: 
 ``PYTHONPATH=src python benchmarks/probe_logsumexp_one_wave.py``. Results:
 ``benchmarks/results/logsumexp_rows_experiments-NVIDIA_H200.md``."""
 import ctypes
-import statistics
 
 import torch
 
 from tunekit.backends import nvrtc
 from tunekit.bench import copy_bandwidth
 from tunekit.ops.logsumexp import LogsumexpParams, logsumexp_op
+from probe_timing import timed
 
 PROBE = r'''
 namespace {
@@ -162,25 +162,6 @@ class Probe:
         assert int(err) == 0, (name, err)
 
 
-def timed(fn, n=40, reps=7) -> float:
-    """us per call: CUDA-graph replay of n calls (call i on buffer i % 8), median of reps - 1."""
-    fn(0)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n):
-            fn(i)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / n)
-    return statistics.median(times[1:])
-
-
 def main() -> None:
     torch.manual_seed(0)
     bw = copy_bandwidth(torch.device("cuda"))  # eager copies: a captured copy runs on a copy engine, slower
@@ -235,8 +216,6 @@ def main() -> None:
             ok = "yes" if torch.allclose(ps[0].out.double(), ref, rtol=2e-3, atol=2e-3) else "NO"
             us = timed(lambda i: c.run(ps[i % 8]))
             row(f"library: {name}", "-", 0, 0, us, ok)
-        del bufs
-        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
