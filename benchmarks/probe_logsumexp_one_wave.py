@@ -41,11 +41,11 @@ __device__ __forceinline__ Partial reduce_block(Partial p) {
   }
   return p;
 }
-template <typename T, int TB, int UNROLL>
-__device__ __forceinline__ void row_block(const T* x, T* out, long long cols) {
+template <typename T, int TB, int UNROLL, bool FUSED = true>
+__device__ __forceinline__ void probe_row_block(const T* x, T* out, long long cols) {
   constexpr int VEC = 16 / sizeof(T);
   Partial p{-TUNEKIT_INF, 0.0f};
-  fold_range<T, VEC, UNROLL, static_cast<long long>(TB) * VEC, true>(p, x + blockIdx.x * cols, threadIdx.x * VEC, cols);
+  fold_range<T, VEC, UNROLL, static_cast<long long>(TB) * VEC, FUSED>(p, x + blockIdx.x * cols, threadIdx.x * VEC, cols);
   p = reduce_block<TB>(p);
   if (threadIdx.x == 0) out[blockIdx.x] = from_float<T>(finish(p));
 }
@@ -111,15 +111,17 @@ extern "C" __global__ void __launch_bounds__(256) read_persistent_x4(const uint4
   read_row_t##TB##_u##U(const uint4* x, unsigned* sink, long long packs) { read_row<TB, U>(x, sink, packs); }
 READ_ROW(128, 4, 8) READ_ROW(256, 4, 4)
 #define ROW(TB, U, MINB, sfx, T) extern "C" __global__ void __launch_bounds__(TB, MINB) \
-  rb_t##TB##_u##U##_m##MINB##_##sfx(const T* x, T* out, long long cols) { row_block<T, TB, U>(x, out, cols); }
-#define ROWS(sfx, T) ROW(64, 8, 16, sfx, T) ROW(128, 4, 8, sfx, T) ROW(128, 8, 8, sfx, T) ROW(256, 4, 1, sfx, T) \
+  rb_t##TB##_u##U##_m##MINB##_##sfx(const T* x, T* out, long long cols) { probe_row_block<T, TB, U>(x, out, cols); }
+#define ROW_TWO_STEP(TB, U, MINB, sfx, T) extern "C" __global__ void __launch_bounds__(TB, MINB) \
+  rb2_t##TB##_u##U##_m##MINB##_##sfx(const T* x, T* out, long long cols) { probe_row_block<T, TB, U, false>(x, out, cols); }
+#define ROWS(sfx, T) ROW_TWO_STEP(128, 4, 8, sfx, T) ROW(128, 6, 8, sfx, T) ROW(128, 5, 8, sfx, T) ROW(64, 8, 16, sfx, T) ROW(128, 4, 8, sfx, T) ROW(128, 8, 8, sfx, T) ROW(256, 4, 1, sfx, T) \
   ROW(256, 4, 8, sfx, T) ROW(512, 2, 2, sfx, T) ROW(512, 4, 2, sfx, T)
 #define PIPE(TB, U, MINB, sfx, T) extern "C" __global__ void __launch_bounds__(TB, MINB) \
   rbpipe_t##TB##_u##U##_m##MINB##_##sfx(const T* x, T* out, long long cols) { row_block_pipelined<T, TB, U>(x, out, cols); }
 #define PIPES(sfx, T) PIPE(128, 2, 8, sfx, T) PIPE(128, 4, 8, sfx, T) PIPE(256, 2, 4, sfx, T) PIPE(256, 4, 1, sfx, T)
 ROWS(f16, __half) ROWS(f32, float) PIPES(f16, __half) PIPES(f32, float)
 '''
-ROW_FORMS = ["rb_t64_u8_m16", "rb_t128_u4_m8", "rb_t128_u8_m8", "rb_t256_u4_m1", "rb_t256_u4_m8", "rb_t512_u2_m2",
+ROW_FORMS = ["rb2_t128_u4_m8", "rb_t128_u5_m8", "rb_t128_u6_m8", "rb_t64_u8_m16", "rb_t128_u4_m8", "rb_t128_u8_m8", "rb_t256_u4_m1", "rb_t256_u4_m8", "rb_t512_u2_m2",
              "rb_t512_u4_m2",
              "rbpipe_t128_u2_m8", "rbpipe_t128_u4_m8", "rbpipe_t256_u2_m4", "rbpipe_t256_u4_m1"]
 
