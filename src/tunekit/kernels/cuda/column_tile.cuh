@@ -6,7 +6,6 @@ namespace tunekit {
 
 template <int IX, int VEC, int BLOCK>
 struct ColumnTile {
-  static constexpr int RY = BLOCK / IX;  // threads along R
   int tx, ty;                           // this thread's place along inner and along R
   long long ib, o;                      // the block's inner block and outer index
   long long i0;                         // this thread's first column (VEC of them)
