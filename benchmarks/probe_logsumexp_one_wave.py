@@ -16,14 +16,10 @@ in the same harness. CUDA-graph replay of 40 calls rotating 8 buffers (512 MiB: 
 6. Needs cuda.bindings (the device image has it):
 ``PYTHONPATH=src python benchmarks/probe_logsumexp_one_wave.py``. Results:
 ``benchmarks/results/logsumexp_rows_experiments-NVIDIA_H200.md``."""
-import ctypes
-
 import torch
 
-from tunekit.backends import nvrtc
 from tunekit.bench import copy_bandwidth
-from tunekit.ops.logsumexp import LogsumexpParams, logsumexp_op
-from probe_timing import timed
+from probe_timing import ProbeModule, library_candidate, row_buffers, timed
 
 PROBE = r'''
 namespace {
@@ -126,42 +122,21 @@ ROW_FORMS = ["rb2_t128_u4_m8", "rb_t128_u5_m8", "rb_t128_u6_m8", "rb_t64_u8_m16"
              "rbpipe_t128_u2_m8", "rbpipe_t128_u4_m8", "rbpipe_t256_u2_m4", "rbpipe_t256_u4_m1"]
 
 
-class Probe:
-    """The probe's kernels, compiled by the library's NVRTC path and launched through the driver."""
+class Probe(ProbeModule):
+    """The probe's kernels; a kernel's block size is in its name (``_t<threads>_``)."""
 
     def __init__(self):
-        from cuda.bindings import driver
-        self.driver = driver
-        code = nvrtc.source("logsumexp.cu") + PROBE
-        cubin = nvrtc.compile_cubin(code, "probe_one_wave.cu", "sm_90", (), use_cache=False)
-        torch.cuda.current_stream()
-        err, self.module = driver.cuModuleLoadData(cubin)
-        assert int(err) == 0, err
-        self.fns = {}
-
-    def fn(self, name):
-        if name not in self.fns:
-            err, self.fns[name] = self.driver.cuModuleGetFunction(self.module, name.encode())
-            assert int(err) == 0, (name, err)
-        return self.fns[name]
-
-    def registers(self, name):
-        d = self.driver
-        err, regs = d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, self.fn(name))
-        err2, blocks = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.fn(name), self.block_of(name), 0)
-        return regs, blocks
+        super().__init__("logsumexp.cu", PROBE, "probe_one_wave.cu")
 
     @staticmethod
     def block_of(name):
         return 256 if name == "read_persistent_x4" else int(name.split("_t", 1)[1].split("_")[0])
 
+    def registers(self, name):
+        return super().registers(name, self.block_of(name))
+
     def launch(self, name, grid, *args):
-        d = self.driver
-        holders = [ctypes.c_uint64(a.data_ptr()) if torch.is_tensor(a) else ctypes.c_int64(a) for a in args]
-        array = (ctypes.c_void_p * len(args))(*[ctypes.addressof(h) for h in holders])
-        (err,) = d.cuLaunchKernel(self.fn(name), grid, 1, 1, self.block_of(name), 1, 1, 0,
-                                  torch.cuda.current_stream().cuda_stream, ctypes.addressof(array), 0)
-        assert int(err) == 0, (name, err)
+        super().launch(name, grid, self.block_of(name), *args)
 
 
 def main() -> None:
@@ -177,9 +152,7 @@ def main() -> None:
     print("| shape | kernel | registers | blocks per SM | waves | us | % of copy | matches float64 torch |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for dtype, rows, sfx in ((torch.float16, 1024, "f16"), (torch.float32, 4096, "f32")):
-        cols = nbytes // dtype.itemsize // rows
-        bufs = [torch.randn(rows, cols, device="cuda", dtype=dtype) * 3 for _ in range(8)]
-        ref = torch.logsumexp(bufs[0].double(), -1)
+        cols, bufs, ref = row_buffers(dtype, rows, nbytes)
         shape = f"{rows}x{cols} {sfx}"
 
         def row(kernel, regs, blocks, grid, us, ok):
@@ -208,16 +181,11 @@ def main() -> None:
         names = [f"logsumexp_chunks32k_{sfx}", f"logsumexp_chunks64k_{sfx}", f"logsumexp_block_{sfx}_vec",
                  "logsumexp_triton_rows_b4096_w8"]
         for name in names:
-            c = logsumexp_op.candidate(name)
-            ps = [LogsumexpParams(b, (1,), False, torch.empty(rows, device="cuda", dtype=dtype)) for b in bufs]
-            if c.supports(ps[0]) is not None:
-                continue
-            ps[0].out.fill_(float("nan"))
-            c.run(ps[0])
-            torch.cuda.synchronize()
-            ok = "yes" if torch.allclose(ps[0].out.double(), ref, rtol=2e-3, atol=2e-3) else "NO"
-            us = timed(lambda i: c.run(ps[i % 8]))
-            row(f"library: {name}", "-", 0, 0, us, ok)
+            timing = library_candidate(name, bufs, (1,))
+            if timing is not None:
+                us, got = timing
+                ok = "yes" if torch.allclose(got.double(), ref, rtol=2e-3, atol=2e-3) else "NO"
+                row(f"library: {name}", "-", 0, 0, us, ok)
 
 
 if __name__ == "__main__":

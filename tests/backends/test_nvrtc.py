@@ -52,6 +52,14 @@ def test_local_includes_are_inlined_into_the_source():
     assert "#include <cuda_fp16.h>" in text  # system headers stay for NVRTC's include path
 
 
+def test_a_header_included_twice_is_inlined_once():
+    """logsumexp.cu includes fastmath.cuh, and so does logsumexp_fold.cuh, which it also includes:
+    a second copy would redefine fast_exp2 (without include guards in the inlined text)."""
+    text = nvrtc.source("logsumexp.cu")
+    assert text.count("__device__ __forceinline__ float fast_exp2(") == 1
+    assert "// ---- fastmath.cuh (included above) ----" in text and "struct Partial {" in text
+
+
 @needs_nvrtc
 def test_compile_error_carries_the_log(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))

@@ -9,9 +9,9 @@ import torch
 
 import tunekit
 from elementwise_checks import DTYPES, triton_on_cpu
-from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaFlatBackward, CudaRowBlock,
-                               CudaRows, CudaRowsBackward, split_chunk)
-from tunekit.ops._triton_rows import TritonBackwardFlat, TritonRows
+from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaColumnStrip, CudaFlatBackward,
+                               CudaRowBlock, CudaRows, CudaRowsBackward, split_chunk)
+from tunekit.ops._triton_rows import TritonBackwardFlat, TritonBackwardStatic, TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
 from tunekit.tunable import results_store
 from reduction_checks import close
@@ -341,6 +341,34 @@ def test_more_than_2_to_the_31_elements(cuda):
 
 
 @pytest.mark.gpu
+def test_float32_columns_past_2_to_the_31_elements(cuda):
+    """Column strips and the split columns kernels in float32: dim 0 of (2^16 + 1, 2^15), the last
+    row past element 2^31 (8.6 GB)."""
+    x = torch.full((2**16 + 1, 2**15), -float("inf"), dtype=torch.float32, device=cuda)
+    x[-1, -3:] = torch.tensor([1.0, 2.0, 3.0], device=cuda)
+    x[0, -1] = 0.5
+    expected = torch.full((2**15,), -float("inf"), dtype=torch.float64, device=cuda)
+    expected[-3:] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, device=cuda)
+    expected[-1] = torch.logsumexp(torch.tensor([0.5, 3.0], dtype=torch.float64), 0)
+    ran = []
+    for c in logsumexp_op.candidates:
+        p = LogsumexpParams(x, (0,), False, torch.full((2**15,), float("nan"), device=cuda))
+        if c is not logsumexp_op.default and c.supports(p) is None:
+            c.run(p)
+            close(p.out, expected, torch.float32)
+            ran.append(c.name)
+    assert "logsumexp_columns_strip_f32_vec" in ran and "logsumexp_columns_f32" in ran, ran
+
+
+def test_column_strips_decline_reductions_too_long_for_one_thread_sum():
+    c = logsumexp_op.candidate("logsumexp_columns_strip_f32_vec")
+    assert c.layout(1, 128 * MAX_TERMS, 64) is None
+    assert "longer than" in c.layout(1, 128 * MAX_TERMS + 1, 64)
+    assert "multiple of 4" in c.layout(1, 64, 6)
+    assert "other than the last" in c.layout(4, 64, 1)
+
+
+@pytest.mark.gpu
 def test_row_blocks_past_2_to_the_31_elements(cuda):
     """A row block starts at blockIdx.x * cols: 64-bit once rows x cols passes 2^31 (short rows,
     so every row-block candidate takes them)."""
@@ -363,7 +391,7 @@ def test_row_blocks_past_2_to_the_31_elements(cuda):
 
 @pytest.mark.gpu
 def test_flat_backward_past_2_to_the_31_elements(cuda):
-    """The flat gradient kernels index 64-bit: two rows of 2^30 + 8 float16, values past element 2^31."""
+    """The flat and static gradient kernels index 64-bit: two rows of 2^30 + 8 float16, values past element 2^31."""
     rows, cols = 2, 2**30 + 8
     x = torch.full((rows, cols), -float("inf"), dtype=torch.float16, device=cuda)
     x[0, :2] = torch.tensor([0.5, 1.5], dtype=torch.float16, device=cuda)
@@ -371,7 +399,8 @@ def test_flat_backward_past_2_to_the_31_elements(cuda):
     lse = torch.tensor([2.0, 3.5], dtype=torch.float16, device=cuda)
     dy = torch.tensor([1.0, -2.0], dtype=torch.float16, device=cuda)
     expected = (dy.double()[:, None] * torch.exp(torch.stack([x[0, :2], x[1, -2:]]).double() - lse.double()[:, None]))
-    names = [c.name for c in logsumexp_backward_op.candidates if isinstance(c, (CudaFlatBackward, TritonBackwardFlat))]
+    names = [c.name for c in logsumexp_backward_op.candidates
+             if isinstance(c, (CudaFlatBackward, TritonBackwardFlat, TritonBackwardStatic))]
     ran = []
     for name in names:
         c = logsumexp_backward_op.candidate(name)
@@ -385,6 +414,7 @@ def test_flat_backward_past_2_to_the_31_elements(cuda):
         ran.append(name)
         del out
     assert any(n.startswith("logsumexp_backward_flat_f16") for n in ran), ran
+    assert any(n.startswith("logsumexp_backward_triton_static") for n in ran), ran
 
 
 def test_cuda_forms_decline_unaligned_rows_and_rows_too_long_for_one_thread_sum():
@@ -406,9 +436,9 @@ def test_cuda_forms_decline_on_the_gpu(cuda):
 
 def test_candidate_families_are_registered():
     kinds = {type(c) for c in logsumexp_op.candidates}
-    assert {CudaRows, CudaRowBlock, CudaColumns} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
+    assert {CudaRows, CudaRowBlock, CudaColumns, CudaColumnStrip} <= kinds and any(issubclass(k, TritonRows) for k in kinds)
     backward = {type(c) for c in logsumexp_backward_op.candidates}
-    assert {CudaRowsBackward, CudaColumnsBackward, CudaFlatBackward, TritonBackwardFlat} <= backward
+    assert {CudaRowsBackward, CudaColumnsBackward, CudaFlatBackward, TritonBackwardFlat, TritonBackwardStatic} <= backward
 
 
 @pytest.mark.parametrize("length, parallel, threads, tile", [(2**24, 4, 256, 2048), (4096, 1, 8, 64), (64, 1024, 8, 64),

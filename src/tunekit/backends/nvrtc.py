@@ -100,10 +100,23 @@ _LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.MULTILINE)
 @functools.lru_cache(maxsize=None)
 def source(filename: str) -> str:
     """The text of ``tunekit/kernels/cuda/<filename>`` with its local ``#include "x.cuh"`` lines
-    replaced by those files' text: NVRTC needs no include path for them, and the source hash (the
-    cubin cache key, the tuning validators) changes when a shared header does."""
+    replaced by those files' text, each header once (a later include of it is dropped, as an include
+    guard would): NVRTC needs no include path for them, and the source hash (the cubin cache key,
+    the tuning validators) changes when a shared header does."""
+    return _expand(filename, set())
+
+
+def _expand(filename: str, seen: set[str]) -> str:
     text = resources.files("tunekit.kernels.cuda").joinpath(filename).read_text()
-    return _LOCAL_INCLUDE.sub(lambda m: f"// ---- {m.group(1)} ----\n{source(m.group(1))}", text)
+
+    def inline(m: re.Match) -> str:
+        header = m.group(1)
+        if header in seen:
+            return f"// ---- {header} (included above) ----"
+        seen.add(header)
+        return f"// ---- {header} ----\n{_expand(header, seen)}"
+
+    return _LOCAL_INCLUDE.sub(inline, text)
 
 
 def cache_dir() -> pathlib.Path:

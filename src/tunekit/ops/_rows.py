@@ -11,7 +11,8 @@ Work split (host side, per call, from the sizes and the SM count):
   (``logsumexp_combine_*``) merges; the gradient needs no merge, so it always splits when rows are
   too few to fill the GPU.
 - columns: blocks of (32 x VEC columns, one outer index, a chunk of R), partials merged by the
-  same combine kernel when R is split.
+  same combine kernel when R is split; column strips (float32): a block per 32 columns over all
+  of R, nothing to merge.
 - flat (the gradient only, any layout): each (R x inner) slice cut into tiles of BLOCK x VEC x
   packs elements, one block per tile: the elementwise layout, no loop and no split to plan.
 A thread never sums more than ``MAX_TERMS`` terms (an fp32 running sum starts to absorb small
@@ -28,8 +29,8 @@ import torch
 from ..backends import nvrtc
 from ..tunable.candidate import Candidate, hash_source
 
-__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaRowBlock", "CudaColumns", "CudaRowsBackward",
-           "CudaColumnsBackward", "CudaFlatBackward"]
+__all__ = ["DTYPES", "reduction_view", "rows_and_cols", "CudaRows", "CudaRowBlock", "CudaColumns", "CudaColumnStrip",
+           "CudaRowsBackward", "CudaColumnsBackward", "CudaFlatBackward"]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BLOCK = 256
@@ -316,6 +317,39 @@ class CudaColumns(_CudaReduction):
         return out
 
 
+class CudaColumnStrip(_CudaReduction):
+    """Columns (inner > 1), float32: a block of ``threads`` threads per strip of ``ix`` x ``vec``
+    adjacent columns of one outer slice, over all of R, so no split and no merge pass
+    (``logsumexp.cu``, ``column_strip``, has the measurements). Declined where a thread would sum
+    more than MAX_TERMS terms of a column."""
+
+    def __init__(self, name: str, dtype: torch.dtype, *, vec: int, ix: int, threads: int):
+        super().__init__(name, "logsumexp.cu", name, dtype, vec=vec, unroll=4)
+        self.ix, self.threads = ix, threads
+
+    def layout(self, outer, R, inner):
+        if inner == 1:
+            return "reduces a dimension other than the last"
+        if inner % self.vec:
+            return f"the inner size must be a multiple of {self.vec} (vector loads)"
+        if R > self.threads // self.ix * MAX_TERMS:
+            return (f"reductions longer than {self.threads // self.ix * MAX_TERMS} (fp32 sums of more than "
+                    f"{MAX_TERMS} terms per thread): the split columns candidates take them")
+        if outer * _ceil(inner, self.ix * self.vec) > MAX_GRID:
+            return "too many columns for one launch"
+        return None
+
+    def source_hash(self) -> str:
+        return hash_source(super().source_hash(), self.ix, self.threads)
+
+    def run(self, p):
+        out = p.out if p.out is not None else p.new_outputs()["out"]
+        outer, R, inner = _extents(p)
+        grid = outer * _ceil(inner, self.ix * self.vec)
+        self.kernel.launch(p.x.get_device(), grid, self.threads, p.x, out, R, inner)
+        return out
+
+
 class CudaRowsBackward(CudaRows):
     """``dx = dy * exp(x - lse)`` over rows, ``threads_per_row`` threads each; rows are cut into
     chunks whenever they are too few to fill the GPU (no merge needed)."""
@@ -386,7 +420,7 @@ class CudaFlatBackward(_CudaReduction):
 def cuda_candidates() -> list[_CudaReduction]:
     """The forward candidates, per dtype: rows (8, 32, 256 threads per row; scalar and 16-byte
     loads), split rows (a block per chunk), columns (scalar and 16-byte loads), row blocks (a block
-    of 128 or 256 threads per row, 16-byte loads)."""
+    of 128 or 256 threads per row, 16-byte loads); float32 also column strips."""
     out: list[_CudaReduction] = []
     for dtype, sfx in SUFFIX.items():
         vec = 16 // torch.empty(0, dtype=dtype).element_size()
@@ -403,6 +437,7 @@ def cuda_candidates() -> list[_CudaReduction]:
                                 kernel=f"logsumexp_chunks_{sfx}", chunk_bytes=kb * 1024))
         for threads in (128, 256):
             out.append(CudaRowBlock(f"logsumexp_rowblock{threads}_{sfx}_vec", dtype, vec=vec, threads=threads))
+    out.append(CudaColumnStrip("logsumexp_columns_strip_f32_vec", torch.float32, vec=4, ix=8, threads=1024))
     return out
 
 

@@ -13,6 +13,8 @@ kernels that fit:
 - :class:`TritonBackwardColumns` (inner > 1): the gradient, one tile per program.
 - :class:`TritonBackwardFlat` (any inner): the gradient as an elementwise op, BLOCK contiguous
   elements of one slice per program.
+- :class:`TritonBackwardStatic` (any inner): the same with the shape compiled in (one kernel per
+  shape, as torch.compile does), so dy and lse load as vectors.
 
 All are :class:`TritonRows` subclasses, so tests that pick Triton candidates by
 ``isinstance(c, TritonRows)`` (to keep interpreter sizes small) find them all. Register the lists
@@ -38,7 +40,7 @@ from ._rows import reduction_view
 from ..tunable.candidate import Candidate, hash_source
 
 __all__ = ["TritonRows", "TritonSplitRows", "TritonColumns", "TritonBackwardColumns", "TritonBackwardFlat",
-           "triton_logsumexp_candidates", "triton_logsumexp_backward_candidates"]
+           "TritonBackwardStatic", "triton_logsumexp_candidates", "triton_logsumexp_backward_candidates"]
 
 MODULE = "tunekit.kernels.triton.logsumexp"
 KERNELS_FILE = Path(__file__).resolve().parent.parent / "kernels" / "triton" / "logsumexp.py"
@@ -306,15 +308,18 @@ class TritonBackwardFlat(TritonRows):
     and larger inputs they stay at 80-85% of the copy bandwidth (H200). Declined on slices shorter
     than a sixteenth of a tile (mostly idle programs: the rows kernels take them)."""
 
+    kernel_function = "logsumexp_backward_flat_kernel"
+    #: offsets within a slice are int32
+    int32_slices = True
+
     def __init__(self, name: str, *, block: int = 1024, num_warps: int = 4):
-        super().__init__(name, "logsumexp_backward_flat_kernel", inputs=("dy", "x", "lse"), block=block,
-                         num_warps=num_warps)
+        super().__init__(name, self.kernel_function, inputs=("dy", "x", "lse"), block=block, num_warps=num_warps)
 
     def layout(self, outer, R, inner, device):
         if R * inner < self.block // 16:
             return (f"slices of {self.block // 16} elements or more only (shorter ones leave most of a program "
                     "idle: the rows kernels take them)")
-        if inner >= 2**31:
+        if inner >= 2**31 and self.int32_slices:
             return "inner sizes of 2^31 and more (int32 offsets within a slice)"
         return None
 
@@ -325,6 +330,24 @@ class TritonBackwardFlat(TritonRows):
         tiles = _cdiv(R * inner, self.block)
         _kernel(self.kernel_name)[(outer * tiles,)](*tensors, out, R * inner, inner, tiles, BLOCK=self.block,
                                                     ROWS=inner == 1, num_warps=self.num_warps)
+
+
+class TritonBackwardStatic(TritonBackwardFlat):
+    """The flat gradient with the shape compiled in (what torch.compile generates,
+    ``dynamic=False``): one compiled kernel per (numel, R x inner, inner), so the dy/lse indices are
+    constant divisions and load as vectors, and offsets are 64-bit only past 2^31 elements. The
+    compile (~1 s, then in Triton's cache on disk) is paid once per shape, at the first run."""
+
+    kernel_function = "logsumexp_backward_static_kernel"
+    int32_slices = False
+
+    def grid(self, outer, R, inner, device):
+        return _cdiv(outer * R * inner, self.block)
+
+    def launch(self, tensors, out, outer, R, inner):
+        _kernel(self.kernel_name)[(self.grid(outer, R, inner, out.device),)](
+            *tensors, out, N=outer * R * inner, SLICE=R * inner, INNER=inner, BLOCK=self.block,
+            num_warps=self.num_warps)
 
 
 #: (rows per program, BLOCK, warps) of the rows kernels, forward and backward
@@ -362,4 +385,5 @@ def triton_logsumexp_backward_candidates() -> list[TritonRows]:
                                   num_warps=w) for r, i, w in BACKWARD_COLUMNS_CONFIGS]
     out += [TritonBackwardFlat(f"logsumexp_backward_triton_flat_b{b}_w{w}", block=b, num_warps=w)
             for b, w in BACKWARD_FLAT_CONFIGS]
+    out.append(TritonBackwardStatic("logsumexp_backward_triton_static_b1024_w4"))
     return out

@@ -13,7 +13,7 @@
 //   line per row, a block spans 4x fewer columns (inner = 128 in 16-bit no longer idles half the
 //   block) and 4x more rows, so fewer R splits are needed to fill the GPU. The input is read in place, never transposed. splits > 1 cuts R, and
 //   logsumexp_combine merges the chunks' partials (a warp per result; _wide: a block per result,
-//   for many splits).
+//   for many splits). Column strips (float32): a block per 32 columns over all of R, no split.
 //
 // Speed: each thread loads UNROLL packs of VEC elements before using any (bytes in flight), takes
 // their max first, then rescales its sum once per tile and adds independent exp2 terms: one MUFU
@@ -27,6 +27,7 @@
 #include "column_tile.cuh"
 #include "convert.cuh"
 #include "fastmath.cuh"
+#include "logsumexp_fold.cuh"
 
 namespace {
 
@@ -35,19 +36,7 @@ using tunekit::from_float;
 using tunekit::Pack;
 using tunekit::to_float;
 
-// NVRTC has no <math.h> macros
-#define TUNEKIT_INF __int_as_float(0x7f800000)
-#define TUNEKIT_NAN __int_as_float(0x7fffffff)
-constexpr float LOG2E = 1.44269504088896340736f;
 constexpr int BLOCK = 256;
-
-// (m, s): m the largest value seen (-inf if none but -inf), s = sum of exp(x - shift(m)); NaN in s
-// if a NaN was seen. A max of +inf shifts by 0 like -inf (no branch anywhere): its own term
-// exp(+inf) makes s = +inf (or NaN), which every later rescale and merge keeps.
-struct Partial {
-  float m;
-  float s;
-};
 
 // Programmatic dependent launch (sm_90 and later): a kernel whose partials a merge pass reads lets
 // that pass launch before it ends (the host launches the pass with programmatic stream
@@ -63,82 +52,6 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-}
-
-__device__ __forceinline__ float shift_of(float m) { return fabsf(m) == TUNEKIT_INF ? 0.0f : m; }
-
-__device__ __forceinline__ float scaled_exp(float x, float shift) { return fast_exp2((x - shift) * LOG2E); }
-
-// Fold N values into p: one rescale for all N. FUSED (fp32 storage): exp(x - shift) as
-// exp2(x * log2(e) - shift * log2(e)), one FFMA per element instead of FADD + FMUL (as flash
-// attention computes it); the product's rounding moves an exponent by at most an ulp of
-// shift * log2(e), ~1e-7 relative in the result. Measured on an H200: f32 split rows 94.4 -> 97.1%
-// and 92.2 -> 95.3% of copy. Not for 16-bit storage in the grid-stride kernels: there the same
-// change (48 registers instead of 53) let ptxas interleave the tile's loads with the math, and
-// split rows fell 84.6 -> 81.6%. The chunks kernel uses it (45-48 registers; not timed without it).
-// No branch for +inf (an earlier form switched to a NaN-only mode): with it the fold's loop
-// carried a reconvergence barrier and was 1.6% slower (H200, 16-bit chunks).
-template <bool FUSED, int N>
-__device__ __forceinline__ void fold(Partial& p, const float (&v)[N]) {
-  float tile_max = v[0];
-#pragma unroll
-  for (int k = 1; k < N; ++k) tile_max = fmaxf(tile_max, v[k]);
-  const float m = fmaxf(p.m, tile_max);
-  const float shift = shift_of(m);
-  float s;
-  if constexpr (FUSED) {
-    const float offset = -shift * LOG2E;
-    s = p.s * fast_exp2(fmaf(p.m, LOG2E, offset));
-#pragma unroll
-    for (int k = 0; k < N; ++k) s += fast_exp2(fmaf(v[k], LOG2E, offset));
-  } else {
-    s = p.s * scaled_exp(p.m, shift);
-#pragma unroll
-    for (int k = 0; k < N; ++k) s += scaled_exp(v[k], shift);
-  }
-  p = Partial{m, s};
-}
-
-// Two partials as one (the fold's shift, FFMA exponents): epilogues pay a merge's latency per
-// block, so it has no branch either.
-__device__ __forceinline__ Partial merge(Partial a, Partial b) {
-  const float m = fmaxf(a.m, b.m);
-  const float offset = -shift_of(m) * LOG2E;
-  return Partial{m, fmaf(a.s, fast_exp2(fmaf(a.m, LOG2E, offset)), b.s * fast_exp2(fmaf(b.m, LOG2E, offset)))};
-}
-
-__device__ __forceinline__ float finish(Partial p) {
-  if (p.m == TUNEKIT_INF) return p.s == p.s ? TUNEKIT_INF : TUNEKIT_NAN;
-  return shift_of(p.m) + logf(p.s);  // accurate log: s may hold millions of terms
-}
-
-// Merge across aligned groups of TPR (<= 32) lanes with shuffles; every lane ends with the result.
-template <int TPR>
-__device__ __forceinline__ Partial group_reduce(Partial p) {
-#pragma unroll
-  for (int offset = TPR / 2; offset > 0; offset /= 2) {
-    Partial o;
-    o.m = __shfl_xor_sync(0xffffffffu, p.m, offset, TPR);
-    o.s = __shfl_xor_sync(0xffffffffu, p.s, offset, TPR);
-    p = merge(p, o);
-  }
-  return p;
-}
-
-// A block's partial, valid in thread 0 (a block of 32 x WARPS threads): warps merge by shuffles,
-// then warp 0 merges the warps' partials in log2(WARPS) more (with a serial loop in thread 0 the
-// 16-bit chunks kernel was 3% slower, H200). Reuses `scratch`: a caller that reduces again must
-// sync first.
-template <int WARPS>
-__device__ __forceinline__ Partial block_reduce(Partial p, Partial (&scratch)[WARPS]) {
-  p = group_reduce<32>(p);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = p;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    p = threadIdx.x < WARPS ? scratch[threadIdx.x] : Partial{-TUNEKIT_INF, 0.0f};
-    p = group_reduce<WARPS>(p);
-  }
-  return p;
 }
 
 // A result: the finished value when the reduction is not split, else the partial for combine.
@@ -314,6 +227,74 @@ __device__ __forceinline__ void columns(const T* x, T* out, float2* partials, lo
   }
 }
 
+// Column strips: one block of TB threads owns W = IX x VEC adjacent columns of one outer slice over
+// all R rows, so nothing is merged outside the block and there is no second pass. IX threads along
+// the columns (16 bytes each), TB / IX along R; lanes of a warp that share columns merge by
+// shuffles, then a warp per column merges the warps' partials from shared memory. Float32 dim 0 of
+// 4096 x 4096 at W = 32 columns (128 bytes a row) and TB = 1024 is 128 blocks, one wave of one block
+// per SM: 18.8 us against 19.8 us for the split columns kernel and its merge pass (H200,
+// benchmarks/probe_logsumexp_column_strips.py; a pure read of the same walk takes 17.3 us). The
+// 16-bit forms of it were slower than the split kernels there, so only float32 has one.
+template <typename T, int VEC, int IX, int TB, int UNROLL>
+__device__ __forceinline__ void column_strip(const T* x, T* out, long long R, long long inner) {
+  constexpr int W = IX * VEC, WARPS = TB / 32, RY = TB / IX;
+  __shared__ Partial warp_partials[WARPS][W];
+  const int tx = threadIdx.x % IX, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const long long strips = (inner + W - 1) / W;
+  const long long o = blockIdx.x / strips;
+  const long long c0 = (blockIdx.x - o * strips) * W;  // the strip's first column
+  const long long i = c0 + tx * VEC;                    // this thread's first column (VEC of them)
+  Partial p[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) p[k] = Partial{-TUNEKIT_INF, 0.0f};
+  if (i < inner) {
+    const long long step = RY * inner;
+    const T* ptr = x + o * R * inner + (threadIdx.x / IX) * inner + i;
+    long long r = threadIdx.x / IX;
+    for (; r + (UNROLL - 1) * RY < R; r += UNROLL * RY, ptr += UNROLL * step) {
+      Pack<T, VEC> pk[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) pk[u] = *reinterpret_cast<const Pack<T, VEC>*>(ptr + u * step);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        float v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[u] = to_float(pk[u].v[k]);
+        fold<true>(p[k], v);
+      }
+    }
+    for (; r < R; r += RY, ptr += step) {
+      const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(ptr);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float v[1] = {to_float(pk.v[k])};
+        fold<true>(p[k], v);
+      }
+    }
+  }
+  // lanes tx, tx + IX, ... of a warp own the same columns (idle threads hold empty partials)
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+#pragma unroll
+    for (int offset = IX; offset < 32; offset *= 2) {
+      Partial q;
+      q.m = __shfl_xor_sync(0xffffffffu, p[k].m, offset);
+      q.s = __shfl_xor_sync(0xffffffffu, p[k].s, offset);
+      p[k] = merge(p[k], q);
+    }
+  }
+  if (lane < IX) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) warp_partials[warp][tx * VEC + k] = p[k];
+  }
+  __syncthreads();
+  for (int c = warp; c < W; c += WARPS) {
+    Partial q = lane < WARPS ? warp_partials[lane][c] : Partial{-TUNEKIT_INF, 0.0f};
+    q = group_reduce<32>(q);
+    if (lane == 0 && c0 + c < inner) out[o * inner + c0 + c] = from_float<T>(finish(q));
+  }
+}
+
 // The second pass of a split reduction: out[j] merges the splits' partials of result j, at
 // partials[j * result_stride + k * split_stride] for k < splits (split-major for rows and columns,
 // row-major for chunks). Each lane keeps 4 loads in flight: a load-then-merge loop over 1024
@@ -417,5 +398,9 @@ __device__ __forceinline__ void combine_wide(const float2* partials, T* out, lon
   }
 
 TUNEKIT_LSE_FORMS(f32, float, 4)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    logsumexp_columns_strip_f32_vec(const float* x, float* out, long long R, long long inner) {
+  column_strip<float, 4, 8, 1024, 4>(x, out, R, inner);
+}
 TUNEKIT_LSE_FORMS(f16, __half, 8)
 TUNEKIT_LSE_FORMS(bf16, __nv_bfloat16, 8)
