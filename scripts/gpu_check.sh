@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device calls, each under the device's 10-minute limit (outputs under $OUT when set):
 #   bash scripts/gpu_check.sh tests   GPU facts, pytest -m gpu, the rest of the suite, dispatch and launch overhead
-#   bash scripts/gpu_check.sh bench   benchmarks/activations.py (every candidate, torch eager, torch.compile),
+#   bash scripts/gpu_check.sh bench   benchmarks/suites/activations.py (every candidate, torch eager, torch.compile),
 #                                     logsumexp.py, copy_ceiling.py, the first-call tuning time, model_step.py
 set -uo pipefail
 OUT=${OUT:-/tmp/tunekit-out}; mkdir -p "$OUT"
@@ -12,13 +12,13 @@ case "${1:-tests}" in
 tests)
   echo "== pytest -m gpu"; python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.txt" | tail -25
   echo "== pytest -m 'not gpu'"; python3 -m pytest -q -m "not gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest-cpu.txt" | tail -4
-  echo "== dispatch overhead"; python3 benchmarks/dispatch_overhead.py --save 2>&1 | tee "$OUT/dispatch.txt"
+  echo "== dispatch overhead"; python3 benchmarks/suites/dispatch_overhead.py --save 2>&1 | tee "$OUT/dispatch.txt"
   cp benchmarks/results/dispatch_overhead-*.md "$OUT/" 2>/dev/null
-  echo "== launch overhead"; python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.md" ;;
+  echo "== launch overhead"; python3 benchmarks/suites/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.md" ;;
 bench)
-  echo "== activations"; python3 benchmarks/activations.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/activations.txt" | tail -60
-  echo "== logsumexp"; python3 benchmarks/logsumexp.py --out "$OUT" 2>&1 | tail -3
-  echo "== copy ceiling"; python3 benchmarks/copy_ceiling.py --out "$OUT" 2>&1 | tail -4
-  echo "== tuning time of a new signature"; python3 benchmarks/tuning_time.py 2>&1 | tee "$OUT/tuning_time.md"
-  echo "== model step"; python3 benchmarks/model_step.py --out "$OUT" 2>&1 | tail -12 ;;
+  echo "== activations"; python3 benchmarks/suites/activations.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/activations.txt" | tail -60
+  echo "== logsumexp"; python3 benchmarks/suites/logsumexp.py --out "$OUT" 2>&1 | tail -3
+  echo "== copy ceiling"; python3 benchmarks/ceilings/copy_ceiling.py --out "$OUT" 2>&1 | tail -4
+  echo "== tuning time of a new signature"; python3 benchmarks/suites/tuning_time.py 2>&1 | tee "$OUT/tuning_time.md"
+  echo "== model step"; python3 benchmarks/suites/model_step.py --out "$OUT" 2>&1 | tail -12 ;;
 esac

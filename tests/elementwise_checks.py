@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 import torch
 
-from tunekit.ops._triton_elementwise import TritonElementwise
+from tunekit.ops._shared.triton_elementwise import TritonElementwise
 from tunekit.tunable.numerics import compare
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -10,7 +10,7 @@ import time
 import torch
 
 import tunekit
-from tunekit import offline
+from tunekit.offline import recorded
 from tunekit.tunable import tuning
 
 
@@ -23,13 +23,13 @@ def record(path, sizes, *, dtype=torch.float32) -> None:
 
 def _slow_down(seconds: float) -> None:
     """Make every offline tuning take at least ``seconds`` longer (so work is visibly shared)."""
-    original = offline.tune_params
+    original = recorded.tune_params
 
     def slow(*args, **kwargs):
         time.sleep(seconds)
         return original(*args, **kwargs)
 
-    offline.tune_params = slow
+    recorded.tune_params = slow
 
 
 def meet_then_slow(barrier, seconds: float, index: int) -> None:
@@ -48,4 +48,4 @@ def die_on_first_item(victim: int, barrier, index: int) -> None:
     def die(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
 
-    offline.tune_params = die
+    recorded.tune_params = die

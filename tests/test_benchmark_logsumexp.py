@@ -1,11 +1,11 @@
-"""benchmarks/logsumexp.py: the target verdicts and the report, on made-up rows (no GPU)."""
+"""benchmarks/suites/logsumexp.py: the target verdicts and the report, on made-up rows (no GPU)."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "logsumexp.py"
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "suites" / "logsumexp.py"
 spec = importlib.util.spec_from_file_location("bench_logsumexp", PATH)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
@@ -78,7 +78,7 @@ def test_summary_counts_and_cells():
 
 def test_render_and_parse():
     meta = {"device": "cpu", "date": "2026-01-01 00:00:00", "versions": {"torch": "x", "cuda": None, "triton": None},
-            "command": "python benchmarks/logsumexp.py", "args": {"repeats": 3}, "copy_gbps_start": GBPS,
+            "command": "python benchmarks/suites/logsumexp.py", "args": {"repeats": 3}, "copy_gbps_start": GBPS,
             "elapsed_s": 1.0, "not_measured": ["fwd 4x16777216 dim -1 float32"]}
     text = bench.render(meta, [row(), row("bwd")])
     assert "## Targets" in text and "## Forward" in text and "## Backward" in text and "Not measured" in text

@@ -1,4 +1,4 @@
-"""benchmarks/model_step.py end to end on the CPU (``--smoke``: tiny models, a few steps), and its clear
+"""benchmarks/suites/model_step.py end to end on the CPU (``--smoke``: tiny models, a few steps), and its clear
 refusals without transformers or CUDA."""
 
 import importlib.util
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "model_step.py"
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "suites" / "model_step.py"
 spec = importlib.util.spec_from_file_location("bench_model_step", PATH)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)

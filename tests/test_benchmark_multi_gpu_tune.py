@@ -1,4 +1,4 @@
-"""benchmarks/multi_gpu_tune.py: the workload, the verdict and the report on made-up numbers, and a
+"""benchmarks/suites/multi_gpu_tune.py: the workload, the verdict and the report on made-up numbers, and a
 ``--smoke`` run end to end on the CPU (real processes, real stores)."""
 
 import importlib.util
@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "multi_gpu_tune.py"
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "suites" / "multi_gpu_tune.py"
 spec = importlib.util.spec_from_file_location("bench_multi_gpu_tune", PATH)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
 META = {"device": "NVIDIA H200 + NVIDIA H200", "date": "2026-01-01 00:00:00", "count": 40, "budget_ms": 50.0,
-        "torch": "x", "command": "python benchmarks/multi_gpu_tune.py", "smoke": False}
+        "torch": "x", "command": "python benchmarks/suites/multi_gpu_tune.py", "smoke": False}
 
 
 def row(run, call_s, present=40, untuned=0):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.benchsuite import activations, logsumexp
+from tunekit.bench.suites import activations, logsumexp
 from tunekit.cli import main
-from tunekit.report import BENCH_OPS
+from tunekit.bench.report import BENCH_OPS
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -24,7 +24,7 @@ def no_triton_interpreter(monkeypatch):
 
 
 def load_script(name):
-    spec = importlib.util.spec_from_file_location(f"bench_script_{name}", ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_script_{name}", ROOT / "benchmarks" / "suites" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -132,7 +132,7 @@ def test_activations_script_writes_its_files(tmp_path):
     assert raw["args"]["cases"] == ["silu", "gelu_bwd"] and raw["args"]["out"] == str(tmp_path)
     assert list(raw["results"]) == ["silu fwd, float32", "gelu_bwd bwd, float32"]
     text = (tmp_path / "activations-cpu.md").read_text()
-    assert text == script.render(raw) and "`python benchmarks/activations.py --device cpu" in text
+    assert text == script.render(raw) and "`python benchmarks/suites/activations.py --device cpu" in text
 
 
 def test_logsumexp_script_writes_its_files(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """tunekit.distributed: two real ranks (torch.distributed, gloo, CPU) whose fake timings disagree
 agree on every choice online and offline, with a store per rank; plus the hook's local fallback.
-The GPU version (NCCL, torchrun) is benchmarks/distributed_check.py."""
+The GPU version (NCCL, torchrun) is benchmarks/checks/distributed_check.py."""
 
 import json
 import os
@@ -69,21 +69,21 @@ def test_offline_sharded_tuning_fills_every_store_alike(ranks):
     assert set(choices.values()) == {"a", "b"}  # each signature decided by the one rank that tuned it
 
 
-def test_enable_and_disable_set_the_hook_and_it_falls_back_without_a_process_group():
+def test_enable_and_disable_set_the_decider_and_it_falls_back_without_a_process_group():
     assert not torch.distributed.is_initialized()
     with distributed.enabled():
-        assert distributed.is_enabled() and tunable_op.resolve_hook is not None
+        assert distributed.is_enabled() and tunable_op.current_decider() is distributed.decide
         y = tunekit.silu(torch.randn(16))  # no process group: decided locally
         assert y.shape == (16,)
         assert tunekit.explain("silu", torch.randn(16)).why.startswith("tuned now")
-    assert not distributed.is_enabled() and tunable_op.resolve_hook is None
+    assert not distributed.is_enabled() and tunable_op.current_decider() is None
     assert distributed.init_from_environment() is False  # not launched by torchrun
 
 
 def test_distributed_check_script_under_torchrun_on_the_cpu(tmp_path):
     env = {**os.environ, "TUNEKIT_RESULTS": str(tmp_path / "unused.sqlite")}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--standalone", str(ROOT / "benchmarks" / "distributed_check.py"),
+                           "--standalone", str(ROOT / "benchmarks" / "checks" / "distributed_check.py"),
                            "--smoke", "--dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ALL PASS" in done.stdout and "FAIL" not in done.stdout.replace("ALL PASS", "")
@@ -95,6 +95,6 @@ def test_distributed_check_with_nccl_on_two_gpus(tmp_path):
         pytest.skip("needs 2 GPUs")
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TUNEKIT_RESULTS": str(tmp_path / "unused.sqlite")}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "benchmarks" / "distributed_check.py"), "--dir", str(tmp_path)],
+                           str(ROOT / "benchmarks" / "checks" / "distributed_check.py"), "--dir", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "ALL PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import tunekit
-from tunekit import _claims, offline, parallel
+from tunekit import offline
+from tunekit.offline import claims as _claims, parallel, tune_one
 from tunekit.ops.gelu import GeluBackwardParams, GeluParams
 from tunekit.ops.logsumexp import LogsumexpBackwardParams, LogsumexpParams
 from tunekit.ops.silu import SiluBackwardParams, SiluParams
@@ -121,7 +122,7 @@ def test_online_tuning_still_counts_first_use_compilation():
 def test_warm_up_keeps_first_use_compilation_out_of_the_offline_budget(monkeypatch):
     op = _compiling_op()
     attempts = []
-    monkeypatch.setattr(offline, "find_fastest", lambda *a, **k: attempts.append(1) or find_fastest(*a, **k))
+    monkeypatch.setattr(tune_one, "find_fastest", lambda *a, **k: attempts.append(1) or find_fastest(*a, **k))
     with tuning(max_tuning_ms=DEFAULT_BUDGET) as s:
         start = op.clock()
         entry = offline.tune_params(op, ScaleParams(torch.randn(64)), s)
@@ -181,7 +182,7 @@ def test_warm_up_runs_the_numerical_check_on_the_defaults_output(monkeypatch):
     the budget, on the outputs the check will compare."""
     op = make_op(None, {"ref": 0.0, "a": 0.0})
     compared = []
-    monkeypatch.setattr(offline, "compare", lambda a, e, tol: compared.append((a, e, tol)))
+    monkeypatch.setattr(tune_one, "compare", lambda a, e, tol: compared.append((a, e, tol)))
     x = torch.randn(33)
     offline.warm_candidates(op, ScaleParams(x))
     (actual, expected, tol), = compared
@@ -419,7 +420,7 @@ def test_tune_parallel_on_every_gpu(isolated_results, cuda):
 
 
 def test_the_tune_entry_point_picks_this_process_and_takes_a_file(isolated_results, tmp_path):
-    from tunekit import tune
+    from tunekit.offline import run as tune
 
     offline_workers.record(tmp_path / "elsewhere.sqlite", [90, 91])
     offline.export_untuned(results_store(str(tmp_path / "elsewhere.sqlite")), tmp_path / "u.jsonl")

@@ -21,10 +21,10 @@ import torch.nn.functional as F
 
 import tunekit
 from op_spies import CandidateRuns
-from tunekit import _routing
+from tunekit.ops._shared import routing as _routing
 from tunekit.tunable.numerics import tolerance
 
-patch_module = importlib.import_module("tunekit.patch")  # tunekit.patch is the function
+patch_module = importlib.import_module("tunekit.torch_compat.patch")
 
 MISSING = object()
 SLOTS = {  # (owner, name) of everything a patch may replace, by op

@@ -5,7 +5,8 @@ import os
 import pytest
 import torch
 
-from tunekit import offline, parallel, process_start
+from tunekit import offline
+from tunekit.offline import parallel, process_start, recorded, tune_one
 
 
 @pytest.mark.parametrize("environ, index, expected", [
@@ -52,10 +53,10 @@ def test_a_gpu_worker_hides_the_other_gpus_before_cuda_starts(monkeypatch, isola
     def work(store, device, settings, **kwargs):
         calls.append(("work", device))
         return offline.TuneSummary(device="stand-in")
-    monkeypatch.setattr(offline, "work", work)
+    monkeypatch.setattr(parallel, "work", work)
     seen = []
     pipe = _Pipe()
-    settings = parallel._fields(offline.offline_settings(None, offline.as_store(str(isolated_results))))
+    settings = parallel._fields(tune_one.offline_settings(None, recorded.as_store(str(isolated_results))))
     parallel._worker(1, str(isolated_results), "cuda:1", "7", settings, None, None, "run", 60.0, 1, pipe,
                      lambda index: seen.append(os.environ["CUDA_VISIBLE_DEVICES"]))
     cuda0 = torch.device("cuda", 0)

@@ -1,4 +1,4 @@
-"""Reports from saved results (tunekit.report, tunekit.benchsuite.panels, tunekit.plots), on made-up
+"""Reports from saved results (tunekit.report, tunekit.bench.suites.panels, tunekit.plots), on made-up
 results and on the committed H200 results; no measuring here (tests/test_cli_bench.py measures)."""
 
 import argparse
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tunekit.benchsuite import activations, logsumexp
-from tunekit.benchsuite.panels import COMPILE, EAGER, SAME_SIZE_COPY, TUNED, panels_from, suite_of
-from tunekit.benchsuite.progress import ProgressBar
-from tunekit.benchsuite.sizes import layout, parse_sizes
+from tunekit.bench.suites import activations, logsumexp
+from tunekit.bench.suites.panels import COMPILE, EAGER, SAME_SIZE_COPY, TUNED, panels_from, suite_of
+from tunekit.bench.suites.progress import ProgressBar
+from tunekit.bench.suites.sizes import layout, parse_sizes
 from tunekit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ GBPS = 4000.0  # 4e6 bytes in 1 us is 4000 GB/s, 100% of the copy
 
 
 def act_row(shape, nbytes, tuned_us=1.0, eager_us=2.0, compile_us=None):
-    """One activations row as benchmarks/activations.py writes it, with times in microseconds."""
+    """One activations row as benchmarks/suites/activations.py writes it, with times in microseconds."""
     return {"shape": list(shape), "bytes": nbytes, "signature": "x", "input_sets": 1, "compile_error": None,
             "candidates": {"torch_silu": {"status": "ok", "reason": "", "time_ms": eager_us * 1e-3, "spread": 0.1},
                            "silu_f16x8": {"status": "ok", "reason": "", "time_ms": tuned_us * 1e-3, "spread": 0.1},
@@ -51,7 +51,7 @@ def synthetic_logsumexp():
                                "rows_bf16": {"status": "ok", "time_ms": 2e-3},
                                "columns_bf16": {"status": "unsupported", "reason": "rows"}}}
     return {"device": "Made-up GPU", "date": "2026-01-01 00:00:00", "versions": {"torch": "t", "cuda": "c", "triton": "x"},
-            "command": "python benchmarks/logsumexp.py", "args": {"repeats": 3, "device": "cuda"},
+            "command": "python benchmarks/suites/logsumexp.py", "args": {"repeats": 3, "device": "cuda"},
             "copy_gbps_start": GBPS, "not_measured": [], "elapsed_s": 1.0, "copy_gbps_end": GBPS, "final": True,
             "rows": [row("fwd", (4096, 256), -1), row("bwd", (4096, 256), -1), row("fwd", (256, 4096), 0)]}
 
@@ -152,7 +152,7 @@ def test_report_of_the_committed_h200_results(tmp_path):
 def test_python_dash_m_tunekit_report(tmp_path):
     pytest.importorskip("matplotlib")
     (tmp_path / "l.json").write_text(json.dumps(synthetic_logsumexp()))
-    out = subprocess.run([sys.executable, "-m", "tunekit.report", str(tmp_path / "l.json"), "--out", str(tmp_path / "r"),
+    out = subprocess.run([sys.executable, "-m", "tunekit.bench.report", str(tmp_path / "l.json"), "--out", str(tmp_path / "r"),
                           "--only", "logsumexp-overview"], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert is_png(tmp_path / "r" / "logsumexp-overview.png") and (tmp_path / "r" / "report.md").exists()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tunekit
-from tunekit import transfer
+from tunekit.offline import transfer
 from tunekit.tunable import ResultsImportError, results_store, tuning, validators
 
 CPU = validators.device_name(torch.device("cpu"))

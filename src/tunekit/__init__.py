@@ -4,17 +4,22 @@ Each op has several candidate implementations; on the first call with a new inpu
 runtime times the candidates that support it and agree with the default numerically, stores the
 fastest in a results file, and runs it from then on. See ``docs/architecture.md``.
 
-Drop-in use in existing PyTorch code: ``tunekit.nn.SiLU`` / ``tunekit.nn.GELU`` (torch's modules,
-tunekit's forward) and ``tunekit.patch()`` (torch's functions and module forwards rerouted, undoably).
+Drop-in use in existing PyTorch code: ``tunekit.nn`` (torch's modules, tunekit's forward) and
+``tunekit.patch()`` (torch's functions and module forwards rerouted, undoably).
+
+The package, by layer (each imports only from the layers before it): ``tunable`` (the runtime),
+``backends`` (building and launching kernels), ``kernels`` (sources), ``ops`` (one module per op),
+``torch_compat`` (modules, patch), ``offline`` and ``bench``, and ``cli``.
 """
 
-__version__ = "0.1.0"
+import sys as _sys
 
-from .ops import gelu, gelu_backward, logsumexp, logsumexp_backward, silu, silu_backward, swish
-from . import library  # noqa: F401  registers torch.ops.tunekit.* (torch.compile support)
-from . import distributed
-from . import nn
-from .patch import Patch, patch  # the function shadows the submodule's name: import tunekit.patch's names from it
+from ._version import __version__
+from .ops import *  # noqa: F403  every op's public functions: silu, swish, gelu, logsumexp, ... (ops/__init__.py)
+from .ops import __all__ as _op_functions
+from .offline import distributed
+from .torch_compat import nn
+from .torch_compat.patch import Patch, patch
 from .tunable import (
     Explanation,
     TunekitWarning,
@@ -26,7 +31,9 @@ from .tunable import (
     tuning,
 )
 
-__all__ = ["silu", "swish", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward", "tuning", "settings", "configure", "explain", "results_store",
-           "nn", "patch", "Patch", "distributed", "Explanation", "TuningSettings", "TunekitWarning", "__version__"]
+_sys.modules[__name__ + ".nn"] = nn  # ``import tunekit.nn`` / ``from tunekit.nn import SiLU``, as torch.nn
+
+__all__ = [*_op_functions, "tuning", "settings", "configure", "explain", "results_store", "nn", "patch", "Patch",
+           "distributed", "Explanation", "TuningSettings", "TunekitWarning", "__version__"]
 
 distributed.enable_from_environment()  # TUNEKIT_DISTRIBUTED=1: rank 0 decides for every rank

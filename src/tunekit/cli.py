@@ -21,15 +21,15 @@ import sys
 
 import torch
 
-from . import __version__
-from .benchsuite import sizes
-from .report import add_bench_arguments, add_report_arguments
+from ._version import __version__
+from .bench.report import add_bench_arguments, add_report_arguments
+from .bench.suites import sizes
 from .tunable import context
+from .tunable.dtypes import BY_NAME as DTYPES
 from .tunable.errors import ResultsImportError
 from .tunable.registry import all_ops, get_op
+from .tunable.screen import supports
 from .tunable.stores import results_store
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 NO_GPU = "no CUDA device is present: running on the CPU; GPU candidates are skipped"
 
 
@@ -66,11 +66,7 @@ def cmd_ops(args) -> int:
         for c in op.candidates:
             reasons = {}
             for name in ("float32", "float16", "bfloat16"):
-                try:
-                    why = c.supports(op.make_example((1024,), DTYPES[name], device))
-                except Exception as exc:
-                    why = f"supports() raised {exc!r}"
-                reasons[name] = why
+                reasons[name] = supports(c, op.make_example((1024,), DTYPES[name], device))
             rows.append({"candidate": c.name, "default": c is op.default, "unsupported": {k: v for k, v in reasons.items() if v}})
         report.append({"op": op.name, "candidates": rows})
     if args.json:
@@ -99,7 +95,7 @@ def _explore_shapes(args) -> list[tuple[int, ...]]:
 
 
 def _explore_one(op, shape, args, device, bandwidth) -> dict:
-    from .bench import measure_candidates
+    from .bench.measure import measure_candidates
 
     dtype = DTYPES[args.dtype]
     torch.manual_seed(args.seed)
@@ -142,13 +138,13 @@ def _print_explore(result: dict) -> None:
 
 
 def cmd_explore(args) -> int:
-    from .bench import copy_bandwidth
+    from .bench.measure import copy_bandwidth
 
     device = _device(args.device)
     op = get_op(args.op)
     shapes = _explore_shapes(args)
     if args.plot:
-        from .plots import MatplotlibMissing, require_matplotlib
+        from .bench.plots import MatplotlibMissing, require_matplotlib
         try:
             require_matplotlib()  # before the timing, not after it
         except MatplotlibMissing as exc:
@@ -164,20 +160,20 @@ def cmd_explore(args) -> int:
                 print()
             _print_explore(result)
     if args.plot:
-        from .report import plot_explore
+        from .bench.report import plot_explore
         path = plot_explore(results, args.plot)
         print(f"plot: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def cmd_bench(args) -> int:
-    from .report import bench_command
+    from .bench.report import bench_command
 
     return bench_command(args, _device(args.device))
 
 
 def cmd_report(args) -> int:
-    from .report import report_command
+    from .bench.report import report_command
 
     return report_command(args)
 
@@ -202,19 +198,19 @@ def cmd_results(args) -> int:
                 print(f"  {u.op:<10} {u.signature:<48} {u.device}")
         return 0
     if args.action == "export":
-        from .transfer import export_results
+        from .offline.transfer import export_results
 
         n = export_results(store, args.file, ops=args.op, valid_only=args.valid_only)
         print(f"exported {n} entr{'y' if n == 1 else 'ies'} to {args.file}")
         return 0
     if args.action == "export-untuned":
-        from .offline import export_untuned
+        from .offline.files import export_untuned
 
         n = export_untuned(store, args.file, ops=args.op)
         print(f"exported {n} untuned signature{'' if n == 1 else 's'} to {args.file} (tune them: tunekit tune --file)")
         return 0
     if args.action == "import":
-        from .transfer import import_results
+        from .offline.transfer import import_results
 
         try:
             report = import_results(store, args.file, check=not args.all)
@@ -237,13 +233,14 @@ def cmd_tune(args) -> int:
     """Offline tuning: the records ``tuning(record_untuned=True)`` left in the results file. Each
     entry is stored as soon as it is tuned, so an interrupted run loses at most the signature in
     progress and the next run carries on. Under torchrun the ranks share the work."""
-    from . import offline, tune
+    from .offline import run as tune
+    from .offline.summary import text_progress
 
     changes = {} if args.max_tuning_ms is None else {"max_tuning_ms": args.max_tuning_ms}
     with context.tuning(**changes) as settings:
         try:
             summary = tune.run(results_store(), ops=args.ops, gpus=args.gpus, file=args.file, settings=settings,
-                               progress=offline.text_progress())
+                               progress=text_progress())
         except KeyboardInterrupt:
             print("tunekit: interrupted; what was tuned is stored, run tunekit tune again to go on", file=sys.stderr)
             return 130
@@ -260,17 +257,7 @@ def _entry_json(e) -> dict:
             "candidates": {k: vars(v) for k, v in e.candidates.items()}}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tunekit", description="Fast, tunable GPU operators for PyTorch.")
-    parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
-    parser.add_argument("--results", help="results file (default: TUNEKIT_RESULTS or the per-user cache)")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("ops", help="every op and its candidates, and whether each can run here")
-    p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_ops)
-
+def _add_explore(sub) -> None:
     p = sub.add_parser("explore", help="time every candidate of an op on one shape, or several (a size sweep)")
     p.add_argument("op")
     p.add_argument("--shape", type=_parse_shape, action="append",
@@ -288,14 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="also plot GB/s against size per candidate (needs matplotlib)")
     p.set_defaults(func=cmd_explore)
 
-    p = sub.add_parser("bench", help="run the benchmark suites; write a Markdown report and PNG plots into a folder")
-    add_bench_arguments(p)
-    p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("report", help="plots and a Markdown report from results JSON (benchmarks/results/*.json, ...)")
-    add_report_arguments(p)
-    p.set_defaults(func=cmd_report)
-
+def _add_tune(sub) -> None:
     p = sub.add_parser("tune", help="tune the recorded untuned signatures (offline; resumable; several GPUs)")
     p.add_argument("--op", action="append", dest="ops", help="only this op (repeatable)")
     p.add_argument("--gpus", help="one worker per GPU: all, a count N, or indices 0,2 (default: this process)")
@@ -303,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tuning-ms", type=float, help="tuning budget per signature (default: the settings')")
     p.set_defaults(func=cmd_tune)
 
+
+def _add_results(sub) -> None:
     p = sub.add_parser("results", help="show, export, import or clear stored tuning results")
     rs = p.add_subparsers(dest="action", required=True)
     q = rs.add_parser("show")
@@ -321,6 +304,26 @@ def build_parser() -> argparse.ArgumentParser:
     q = rs.add_parser("clear")
     q.add_argument("--op")
     p.set_defaults(func=cmd_results)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunekit", description="Fast, tunable GPU operators for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
+    parser.add_argument("--results", help="results file (default: TUNEKIT_RESULTS or the per-user cache)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ops", help="every op and its candidates, and whether each can run here")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ops)
+    _add_explore(sub)
+    p = sub.add_parser("bench", help="run the benchmark suites; write a Markdown report and PNG plots into a folder")
+    add_bench_arguments(p)
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("report", help="plots and a Markdown report from results JSON (benchmarks/results/*.json, ...)")
+    add_report_arguments(p)
+    p.set_defaults(func=cmd_report)
+    _add_tune(sub)
+    _add_results(sub)
     return parser
 
 

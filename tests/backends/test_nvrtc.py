@@ -32,6 +32,7 @@ def test_every_source_compiles(filename, arch, tmp_path, monkeypatch):
 @needs_nvrtc
 def test_every_kernel_a_candidate_names_is_in_its_compiled_module(tmp_path, monkeypatch):
     import tunekit  # noqa: F401 (registers the ops)
+    from tunekit.backends.cuda import CudaKernel
     from tunekit.tunable.registry import all_ops
 
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))
@@ -39,7 +40,7 @@ def test_every_kernel_a_candidate_names_is_in_its_compiled_module(tmp_path, monk
     for op in all_ops():
         for c in op.candidates:
             kernel = getattr(c, "kernel", None)
-            if isinstance(kernel, nvrtc.CudaKernel):
+            if isinstance(kernel, CudaKernel):
                 cubin = nvrtc.compile_cubin(nvrtc.source(kernel.filename), kernel.filename, "sm_90")
                 assert b"\0" + kernel.name.encode() + b"\0" in cubin, f"{op.name}: {c.name} -> {kernel.name}"
                 checked += 1

@@ -1,5 +1,5 @@
 """Triton logsumexp kernels (``kernels/triton/logsumexp.py``) through their candidates
-(``ops/_triton_rows.py``), against float64 torch on fresh inputs, outputs pre-filled with NaN.
+(``ops/logsumexp/triton_*.py``), against float64 torch on fresh inputs, outputs pre-filled with NaN.
 
 Without a GPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set by conftest.py
 before the kernels load): sizes stay at a few thousand elements there. Besides the registered
@@ -16,10 +16,11 @@ pytest.importorskip("triton")
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels module decorates its kernels
 
-from tunekit.ops import _triton_rows as tr  # noqa: E402
-from tunekit.ops._triton_rows import (TritonBackwardColumns, TritonColumns, TritonRows,  # noqa: E402
-                                      TritonSplitRows, triton_logsumexp_backward_candidates,
-                                      triton_logsumexp_candidates)
+from tunekit.ops.logsumexp import triton_forward as tr  # noqa: E402
+from tunekit.ops.logsumexp.triton_backward import (TritonBackwardColumns,  # noqa: E402
+                                                   triton_logsumexp_backward_candidates)
+from tunekit.ops.logsumexp.triton_forward import (TritonColumns, TritonRows, TritonSplitRows,  # noqa: E402
+                                                  triton_logsumexp_candidates)
 from tunekit.ops.logsumexp import LogsumexpBackwardParams, LogsumexpParams  # noqa: E402
 from reduction_checks import close  # noqa: E402
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import tunekit
 from elementwise_checks import (DTYPES, SPECIAL, Form, candidate_cases, check_candidate, check_candidate_on_awkward_inputs,
                                 layout_cases)
-from tunekit.ops._cuda_elementwise import CudaElementwise
+from tunekit.ops._shared.cuda_elementwise import CudaElementwise
 from tunekit.ops.gelu import GeluBackwardParams, GeluFunction, GeluParams, gelu_backward_op, gelu_op, gelu_tolerance
 from tunekit.tunable import results_store
 from tunekit.tunable.numerics import compare

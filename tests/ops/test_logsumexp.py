@@ -9,9 +9,12 @@ import torch
 
 import tunekit
 from elementwise_checks import DTYPES, triton_on_cpu
-from tunekit.ops._rows import (MAX_TERMS, CudaColumns, CudaColumnsBackward, CudaColumnStrip, CudaFlatBackward,
-                               CudaRowBlock, CudaRows, CudaRowsBackward, split_chunk)
-from tunekit.ops._triton_rows import TritonBackwardFlat, TritonBackwardStatic, TritonRows
+from tunekit.ops._shared.reduction import MAX_TERMS
+from tunekit.ops.logsumexp.cuda_backward import CudaColumnsBackward, CudaFlatBackward, CudaRowsBackward
+from tunekit.ops.logsumexp.cuda_common import split_chunk
+from tunekit.ops.logsumexp.cuda_forward import CudaColumns, CudaColumnStrip, CudaRowBlock, CudaRows
+from tunekit.ops.logsumexp.triton_backward import TritonBackwardFlat, TritonBackwardStatic
+from tunekit.ops.logsumexp.triton_forward import TritonRows
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op, logsumexp_op)
 from tunekit.tunable import results_store
 from reduction_checks import close
@@ -138,13 +141,13 @@ def test_split_candidates_replay_in_a_cuda_graph_on_new_inputs(name, cuda):
 
 @pytest.mark.gpu
 def test_merge_passes_are_dependent_launches_on_hopper(cuda):
-    from tunekit.backends import fast_launch, nvrtc
+    from tunekit.backends import cuda as cuda_backend, fast_launch
 
     if torch.cuda.get_device_capability(cuda) < (9, 0):
         pytest.skip("programmatic dependent launch needs sm_90")
     if fast_launch.load() is None:
         pytest.skip(f"launch extension unavailable: {fast_launch.unavailable()}")
-    assert nvrtc._dependent_launch(torch.cuda.current_device()) is not None
+    assert cuda_backend._dependent_launch(torch.cuda.current_device()) is not None
 
 
 def backward_expected(dy, x, lse, dims, keepdim):
@@ -261,7 +264,7 @@ def test_edge_cases_follow_torch():
 def test_an_empty_dim_list_is_torchs_own_call(keepdim, recwarn, monkeypatch):
     """dim=() means whatever torch makes of it (torch 2.x: an error without keepdim, all dims with
     it), without tuning: an output shaped for "no reduction" once drew torch's resize warning."""
-    module = importlib.import_module("tunekit.ops.logsumexp")  # the package's attribute is the function
+    module = importlib.import_module("tunekit.ops.logsumexp.op")
 
     def tuned(p):
         raise AssertionError(f"tuned op called for dims {p.dims}")

@@ -5,8 +5,9 @@ cached call runs (``cached_call``)."""
 import pytest
 import torch
 
+from tunekit.backends import fast_call
 from tunekit.tunable import TunableOp, current, fast_path, tuning
-from tunekit.tunable.find_fastest import cached_call
+from tunekit.tunable.host_time import cached_call
 from tunekit.tunable.params import make_trial
 
 from fakes import FakeClock, ScaleParams
@@ -29,7 +30,7 @@ class FastScaleParams(ScaleParams):
 def make_fast_op(costs, implementation="native"):
     """Candidates computing 2x at the given fake costs; each offers a runner that logs its calls."""
     clock = FakeClock()
-    op = TunableOp("scale_fast", FastScaleParams)
+    op = TunableOp("scale_fast", FastScaleParams, fast_calls=fast_call.make_fast_call)
     op.clock = clock
     op.log = []
     for name, cost in costs.items():
@@ -47,7 +48,7 @@ def make_fast_op(costs, implementation="native"):
         op.add(run, name=name, default=(name == "ref"), fast_runner=fast_runner)
     if implementation == "python":
         op.fast_call = fast_path.python_fast_call(op._runners)
-        op._fast_call_native = True  # keep it: the op would otherwise switch to C at the first runner
+        op._fast_call_made = True  # keep it: the op would otherwise switch to C at the first runner
     return op
 
 
@@ -56,17 +57,16 @@ IMPLEMENTATIONS = ["native", "python"]
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def implementation(request):
-    if request.param == "native" and fast_path.native_fast_call({}) is None:
+    if request.param == "native" and fast_call.load() is None:
         pytest.skip("the C extension is unavailable here")
     return request.param
 
 
-def test_the_op_switches_to_the_c_fast_call_at_its_first_runner():
+def test_the_op_switches_to_the_injected_fast_call_at_its_first_runner():
     op = make_fast_op({"ref": 2.0, "fast": 1.0})
     assert op.fast_call(torch.randn(4)) is None
     op(FastScaleParams(torch.randn(100)))
-    native = fast_path.native_fast_call({})
-    assert type(op.fast_call) is (type(native) if native is not None else type(fast_path.python_fast_call({})))
+    assert type(op.fast_call) is type(fast_call.make_fast_call({}))
 
 
 def test_the_runner_of_the_choice_runs_for_every_tensor_of_the_key(implementation):

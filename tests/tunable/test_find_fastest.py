@@ -141,7 +141,7 @@ def test_times_are_per_call_when_inputs_are_rotated(monkeypatch):
     """With several input sets (as on a GPU with L2 to overflow), times are still per call."""
     import importlib
 
-    ff = importlib.import_module("tunekit.tunable.find_fastest")  # the module, not the function
+    ff = importlib.import_module("tunekit.tunable.screen")  # where the input sets are made
 
     monkeypatch.setattr(ff, "l2_cache_bytes", lambda device: 10**6)
     clock = FakeClock()
@@ -155,14 +155,14 @@ def test_times_are_per_call_when_inputs_are_rotated(monkeypatch):
 
 
 def _budget(ms):
-    from tunekit.tunable.find_fastest import _Budget
+    from tunekit.tunable.screen import Budget as _Budget
     return _Budget(ms, FakeClock())
 
 
 def test_a_host_time_tie_break_needs_the_head_to_head_to_confirm_the_tie():
     """The tie seen in the rounds' medians is re-measured pairwise before host time may break it:
     a challenger 3% slower is refused, one within HOST_TIE accepted, and the order alternates."""
-    from tunekit.tunable.find_fastest import CONFIRM_PAIRS, HOST_TIE, confirmed_tie
+    from tunekit.tunable.host_time import CONFIRM_PAIRS, HOST_TIE, confirmed_tie
     order = []
 
     def measure(name, ms):
@@ -179,7 +179,7 @@ def test_a_host_time_tie_break_needs_the_head_to_head_to_confirm_the_tie():
 
 
 def test_the_confirmation_stops_at_the_budget_after_min_rounds_pairs():
-    from tunekit.tunable.find_fastest import confirmed_tie
+    from tunekit.tunable.host_time import confirmed_tie
     calls = []
 
     def measure():

@@ -8,7 +8,8 @@ import torch
 import tunekit
 from tunekit.ops.silu import SiluParams, silu_op, torch_silu
 from tunekit.tunable import find_fastest, results_store, tuning
-from tunekit.tunable.find_fastest import HOST_TIE, input_sets
+from tunekit.tunable.host_time import HOST_TIE
+from tunekit.tunable.screen import input_sets
 from tunekit.tunable.tunable_op import TunableOp
 from tunekit.tunable.params import make_trial
 

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from tunekit.tunable.errors import ResultsImportError
+from tunekit.tunable.entries import STATUSES
 from tunekit.tunable.results import (
-    APPLICATION_ID, SCHEMA_VERSION, STATUSES, CandidateRecord, ResultsStore,
+    APPLICATION_ID, SCHEMA_VERSION, CandidateRecord, ResultsStore,
     UntunedRecord, default_results_path,
 )
 

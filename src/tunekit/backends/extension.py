@@ -17,7 +17,7 @@ import sysconfig
 import tempfile
 from importlib import resources
 
-from . import nvrtc
+from .cache import cache_dir
 
 __all__ = ["compiler", "build", "load", "disabled", "load_or_reason"]
 
@@ -48,7 +48,7 @@ def build(source: str, module: str, *, cxx: bool = False, flags: tuple[str, ...]
         raise RuntimeError(f"Python headers not found in {include}")
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     key = hashlib.sha256("\0".join((code, suffix, include, cc, *flags)).encode()).hexdigest()[:16]
-    base = os.fspath(directory) if directory is not None else os.fspath(nvrtc.cache_dir().parent / "launch")
+    base = os.fspath(directory) if directory is not None else os.fspath(cache_dir("launch"))
     path = os.path.join(base, f"{module}-{key}{suffix}")
     if os.path.exists(path):
         return path

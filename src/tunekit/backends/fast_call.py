@@ -25,8 +25,10 @@ import os
 import torch
 
 from . import extension
+from ..tunable import context
+from ..tunable.fast_path import python_fast_call
 
-__all__ = ["load", "unavailable", "build"]
+__all__ = ["load", "unavailable", "build", "make_fast_call"]
 
 _MODULE = "tunekit_fast_call"
 
@@ -65,3 +67,12 @@ def load():
 def unavailable() -> str | None:
     """None when the extension is in use, else why not."""
     return _load()[1]
+
+
+def make_fast_call(runners: dict):
+    """``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``): the C++
+    ``FastCall`` where the extension builds, else the runtime's Python one (the same steps)."""
+    module = load()
+    if module is None:
+        return python_fast_call(runners)
+    return module.FastCall(runners, context._current, context, torch.Tensor)

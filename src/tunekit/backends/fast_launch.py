@@ -18,11 +18,11 @@ slower on the host, the same on the device.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 
-from . import extension, nvrtc
+from . import extension
+from .driver import entry_point
 
 __all__ = ["load", "unavailable", "build", "driver_entry_point"]
 
@@ -50,19 +50,6 @@ def unavailable() -> str | None:
     return _load()[1]
 
 
-@functools.lru_cache(maxsize=None)
 def driver_entry_point(symbol: str = "cuLaunchKernel") -> int:
-    """The address of the driver's ``symbol`` (``cuLaunchKernel``, or ``cuLaunchKernelEx`` for
-    :func:`launch_dependent`; legacy default-stream semantics for stream 0, as torch's own launches
-    have), found through the driver's ``cuGetProcAddress``; 0 when the driver lacks it."""
-    driver, _ = nvrtc._bindings()
-    err, version = driver.cuDriverGetVersion()
-    nvrtc._check(err, "cuDriverGetVersion")
-    legacy = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
-    err, address, _ = driver.cuGetProcAddress(symbol.encode(), version, legacy)
-    address = int(address) if int(err) == 0 else 0
-    if not address:  # not expected from a working driver; libcuda's exported symbol is the same function
-        address = ctypes.cast(getattr(ctypes.CDLL("libcuda.so.1"), symbol, None), ctypes.c_void_p).value or 0
-    if not address and symbol == "cuLaunchKernel":
-        raise RuntimeError("cuLaunchKernel not found in the CUDA driver")
-    return address
+    """The driver's ``symbol`` the extension calls (:func:`tunekit.backends.driver.entry_point`)."""
+    return entry_point(symbol)

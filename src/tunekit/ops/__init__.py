@@ -1,7 +1,21 @@
-"""tunekit's ops, one module each: params, candidates, the tunable ops and the public functions."""
+"""tunekit's ops, one module (or small package) each: params, candidates, tunable ops, public
+functions, autograd, ``torch.library`` custom ops, drop-in modules and patch targets together
+(``ops/silu.py`` is the simplest; ``ops/_shared/`` holds what several ops use).
 
-from .gelu import gelu, gelu_backward
-from .logsumexp import logsumexp, logsumexp_backward
-from .silu import silu, silu_backward, swish
+Adding an op is its module plus its line below: the import names its family (an
+:class:`~tunekit.ops._shared.family.OpFamily`) and public functions, and :data:`FAMILIES` lists it.
+``tunekit`` exports the functions, ``tunekit.nn`` the modules, ``tunekit.patch()`` the patch targets.
+"""
 
-__all__ = ["silu", "swish", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward"]
+from .silu import FAMILY as SILU, silu, silu_backward, swish  # noqa: F401
+from .gelu import FAMILY as GELU, gelu, gelu_backward  # noqa: F401
+from .logsumexp import FAMILY as LOGSUMEXP, logsumexp, logsumexp_backward  # noqa: F401
+
+#: every op family, in the order ``tunekit.patch()`` applies them
+FAMILIES = (SILU, GELU, LOGSUMEXP)
+
+#: op name -> its torch.library custom op (``torch.ops.tunekit.<name>`` is the same op)
+CUSTOM_OPS = {name: op for family in FAMILIES for name, op in family.custom_ops.items()}
+
+#: the public functions (``tunekit.<name>``)
+__all__ = [name for family in FAMILIES for name in family.functions]

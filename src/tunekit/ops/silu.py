@@ -4,18 +4,22 @@ Two tunable ops, each with its candidates (kernels live in ``tunekit/kernels/<ba
 
 ``silu``
 - ``torch_silu`` (default): PyTorch's fused kernel. Runs any input.
-- ``torch_x_sigmoid``: the composite ``x * sigmoid(x)`` (two kernels and a temporary), the seeds'
-  "torch" baseline; kept so tuning shows why it loses.
-- ``silu_<form>``: CUDA C (``kernels/cuda/silu.cu``): the seeds' f32, f32x4, f16, f16x2, f16x8,
-  f16x8_pack, the same in bf16, and strided multi-pack and persistent forms with more bytes in
-  flight; contiguous tensors aligned for the access width.
+- ``torch_x_sigmoid``: the composite ``x * sigmoid(x)`` (two kernels and a temporary), the naive
+  baseline; kept so tuning shows why it loses.
+- ``silu_<form>``: CUDA C (``kernels/cuda/silu.cu``) in every vector form of ``elementwise.cuh``
+  (f32 ... f16x8_pack, bf16, strided multi-pack and persistent forms); contiguous tensors aligned
+  for the access width.
 - ``silu_triton_b<BLOCK>_w<warps>``: Triton (``kernels/triton/activations.py``).
 
 ``silu_backward`` (``dx = dy * s * (1 + x * (1 - s))``, ``s = sigmoid(x)``): ``torch_silu_backward``
 (default, ``aten.silu_backward``), the same CUDA C forms and Triton configurations.
 
-Autograd: :func:`silu` on a tensor that requires grad runs the tuned forward and records
-:class:`SiluFunction`, whose backward calls the tuned :func:`silu_backward`.
+The path of a call: :func:`silu` -> (compiling: :func:`compiled_silu`, the custom op
+``tunekit::silu``) -> the fast path (``silu_op.fast_call``) or ``silu_op.call(SiluParams(x))`` ->
+the chosen candidate. Autograd: on a tensor that requires grad, :class:`SiluFunction` runs the
+tuned forward and its backward calls the tuned :func:`silu_backward`. Drop-in use:
+:class:`SiLU` (``tunekit.nn.SiLU``) and the ``tunekit.patch()`` replacements of ``F.silu`` and
+``nn.SiLU.forward`` at the end.
 """
 
 from __future__ import annotations
@@ -23,19 +27,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._arguments import check_float_tensor, check_gradient_pair, elementwise_destination
-from ._cuda_elementwise import cuda_candidates
-from ._elementwise import GradParams, UnaryParams, triton_candidates
+from ._shared import routing
+from ._shared.arguments import check_float_tensor, check_gradient_pair, check_traced_out, elementwise_destination
+from ._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
+from ._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
+from ._shared.family import OpFamily, PatchTarget
 from ..tunable.context import captured, inherited
 from ..tunable.registry import register
-from ..tunable.tunable_op import TunableOp
 
-__all__ = ["SiluParams", "SiluBackwardParams", "SiluFunction", "silu", "swish", "silu_backward", "silu_op",
-           "silu_backward_op"]
+__all__ = ["SiluParams", "SiluBackwardParams", "SiluFunction", "SiLU", "silu", "swish", "silu_backward", "silu_op",
+           "silu_backward_op", "compiled_silu", "compiled_silu_backward", "FAMILY"]
 
 _silu = torch._C._nn.silu
 _aten_silu_backward = torch.ops.aten.silu_backward.default
 _aten_silu_backward_out = torch.ops.aten.silu_backward.grad_input
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
 
 
 class SiluParams(UnaryParams):
@@ -73,7 +80,7 @@ def make_example(shape, dtype=torch.float32, device="cpu") -> SiluParams:
     return SiluParams(torch.randn(shape, dtype=dtype, device=device) * 3)
 
 
-silu_op = register(TunableOp("silu", SiluParams, make_params=make_params, make_example=make_example))
+silu_op = register(elementwise_op("silu", SiluParams, make_params=make_params, make_example=make_example))
 silu_op.add(torch_silu, default=True, fast_runner=lambda p: _silu)  # run(p) is _silu(p.x) when out is None
 silu_op.add(torch_x_sigmoid)
 for _c in cuda_candidates("silu.cu", "silu") + triton_candidates("silu", "silu_forward_kernel", ("x",)):
@@ -98,15 +105,18 @@ def make_backward_example(shape, dtype=torch.float32, device="cpu") -> SiluBackw
                               torch.randn(shape, dtype=dtype, device=device) * 3)
 
 
-silu_backward_op = register(TunableOp("silu_backward", SiluBackwardParams, make_params=make_backward_params,
-                                      make_example=make_backward_example))
+silu_backward_op = register(elementwise_op("silu_backward", SiluBackwardParams, make_params=make_backward_params,
+                                           make_example=make_backward_example))
 silu_backward_op.add(torch_silu_backward, default=True)
 for _c in (cuda_candidates("silu.cu", "silu_backward", inputs=("dy", "x"))
            + triton_candidates("silu_backward", "silu_backward_kernel", ("dy", "x"))):
     silu_backward_op.add(_c)
 
+_silu_call = silu_op.call
+_silu_backward_call = silu_backward_op.call
 
-# -- public functions -----------------------------------------------------------------------------
+
+# -- public functions and autograd ------------------------------------------------------------------
 class SiluFunction(torch.autograd.Function):
     """Autograd for :func:`silu`: the tuned forward, the tuned backward."""
 
@@ -130,8 +140,7 @@ def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = Fa
     ``inplace=True`` into ``x``. Differentiable: a tensor that requires grad gets the tuned backward.
     ``out=`` and ``inplace=True`` under autograd run PyTorch's kernel, with PyTorch's rules.
     """
-    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
-        from ..library import compiled_silu
+    if _is_compiling():  # torch.compile: the custom op, no graph break
         return compiled_silu(x, out=out, inplace=inplace)
     if out is None and not inplace:  # the common call, kept short
         y = silu_op.fast_call(x)  # the cached choice's runner (tunable/fast_path.py), or None
@@ -152,8 +161,7 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
     When the result itself must be differentiable (double backward), differentiable torch ops run.
     """
-    if _is_compiling():  # torch.compile: the custom op (tunekit/library.py), no graph break
-        from ..library import compiled_silu_backward
+    if _is_compiling():  # torch.compile: the custom op, no graph break
         return compiled_silu_backward(dy, x)
     params = make_backward_params(dy, x)
     if _grad_enabled() and (dy.requires_grad or x.requires_grad):
@@ -163,8 +171,129 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return _silu_backward_call(params)
 
 
-_silu_call = silu_op.call
-_silu_backward_call = silu_backward_op.call
-_grad_enabled = torch.is_grad_enabled
 swish = silu
-_is_compiling = torch.compiler.is_compiling
+
+
+# -- torch.library: tunekit::silu, tunekit::silu_backward (ops/_shared/custom_ops.py says why) -------
+@torch.library.custom_op("tunekit::silu", mutates_args=())
+def silu_custom(x: torch.Tensor) -> torch.Tensor:
+    """``tunekit.silu(x)`` as a custom op: the tunable op ``silu`` at run time."""
+    check_float_tensor("silu", x)
+    return like_x(_silu_call(SiluParams(x)), x)
+
+
+@silu_custom.register_fake
+def _silu_fake(x):
+    check_float_tensor("silu", x)
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("tunekit::silu_backward", mutates_args=())
+def silu_backward_custom(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``tunekit.silu_backward(dy, x)`` as a custom op: the tunable op ``silu_backward``."""
+    check_gradient_pair("silu_backward", dy, x)
+    return like_x(_silu_backward_call(SiluBackwardParams(dy, x)), x)
+
+
+@silu_backward_custom.register_fake
+def _silu_backward_fake(dy, x):
+    check_gradient_pair("silu_backward", dy, x)
+    return torch.empty_like(x)
+
+
+def _silu_second_derivative(x: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(x)
+    return s * (1 - s) * (2 + x * (1 - 2 * s))
+
+
+def _silu_grad(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return tunekit_ops.silu_backward(grad, x)
+
+
+def _silu_backward_grad(ctx, grad):
+    """Double backward: linear in ``dy`` (the backward op again), torch composites for ``x``."""
+    dy, x = ctx.saved_tensors
+    gdy = tunekit_ops.silu_backward(grad, x) if ctx.needs_input_grad[0] else None
+    gx = None
+    if ctx.needs_input_grad[1]:
+        t = compute_dtype(x)
+        gx = (grad.to(t) * dy.to(t) * _silu_second_derivative(x.to(t))).to(x.dtype)
+    return gdy, gx
+
+
+silu_custom.register_autograd(_silu_grad, setup_context=save_inputs)
+silu_backward_custom.register_autograd(_silu_backward_grad, setup_context=save_inputs)
+
+
+def compiled_silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = False) -> torch.Tensor:
+    """``tunekit.silu`` under torch.compile: ``tunekit::silu``, or torch's op for out= / inplace."""
+    check_float_tensor("silu", x)
+    if out is None and not inplace:
+        return tunekit_ops.silu(x)
+    check_traced_out("silu", x, out, inplace)
+    if inplace or out is x:
+        return torch.nn.functional.silu(x, inplace=True)
+    return torch._C._nn.silu(x, out=out)
+
+
+def compiled_silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``tunekit.silu_backward`` under torch.compile."""
+    return tunekit_ops.silu_backward(dy, x)
+
+
+# -- drop-in use: tunekit.nn.SiLU and tunekit.patch() ---------------------------------------------
+def routed_silu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """:func:`silu` for a call routed from torch's entry points (after ``routing.takes(x)``), with
+    the "inside tunekit" flag set so the torch functions tunekit calls reach torch while patched."""
+    state = routing.state
+    state.inside = True
+    try:
+        return silu(x, inplace=True) if inplace else silu(x)
+    finally:
+        state.inside = False
+
+
+class SiLU(torch.nn.SiLU):
+    """``torch.nn.SiLU(inplace=False)`` whose forward runs :func:`tunekit.silu` (``inplace`` honoured)
+    for the inputs where tunekit gives torch's results (``ops/_shared/routing.py``); torch's own
+    forward for any other. A subclass: ``isinstance``, constructor, repr, state_dict, pickling as torch's."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        inplace = self.inplace
+        if type(inplace) is bool and routing.takes(input):
+            return routed_silu(input, inplace)
+        return super().forward(input)
+
+
+def _patched_functional(attr):
+    def silu(*args, **kwargs):
+        if attr.users:
+            if len(args) == 1 and not kwargs:
+                x, inplace = args[0], False
+            else:
+                bound = routing.bind(args, kwargs, ("input", "inplace"), defaults={"inplace": False}) or {}
+                x, inplace = bound.get("input"), bound.get("inplace")
+            if type(inplace) is bool and routing.takes(x):
+                return routed_silu(x, inplace)
+        return attr.original(*args, **kwargs)
+    return silu
+
+
+def _patched_forward(attr):
+    def forward(self, *args, **kwargs):
+        if attr.users and len(args) == 1 and not kwargs:
+            inplace = self.inplace
+            if type(inplace) is bool and routing.takes(args[0]):
+                return routed_silu(args[0], inplace)
+        return attr.original(self, *args, **kwargs)
+    return forward
+
+
+FAMILY = OpFamily(
+    name="silu",
+    functions={"silu": silu, "swish": swish, "silu_backward": silu_backward},
+    modules={"SiLU": SiLU},
+    patches=(PatchTarget(F, "silu", _patched_functional), PatchTarget(torch.nn.SiLU, "forward", _patched_forward)),
+    custom_ops={"silu": silu_custom, "silu_backward": silu_backward_custom},
+)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from . import context
 from .registry import get_op
+from .screen import supports
 
 __all__ = ["explain", "Explanation"]
 
@@ -54,10 +55,7 @@ def explain(op, *args, **kwargs) -> Explanation:
         if rec is not None:
             rows[c.name] = (rec.status, rec.time_ms, rec.reason or "")
             continue
-        try:
-            why = c.supports(params)
-        except Exception as exc:
-            why = f"supports() raised {exc!r}"
+        why = supports(c, params)
         if why:
             rows[c.name] = ("unsupported", None, why)
         elif c is r.candidate:

@@ -11,7 +11,7 @@ Each op subclasses :class:`OpParams` (see ``tunekit/ops/silu.py``). It lists its
 - ``new_outputs()``: the outputs the op allocates when the user passes none.
 
 Tuning never runs a candidate on the user's tensors when that candidate would write them (the
-seed's PreTuning/PostTuning pitfall): :func:`make_trial` gives every candidate fresh outputs filled
+PreTuning/PostTuning pitfall of ONNX Runtime's TunableOp): :func:`make_trial` gives every candidate fresh outputs filled
 with NaN, and copies of every buffer that is both read and written, laid out exactly like the
 originals (shape, strides, alignment class) so they run the same code path at the same speed.
 """
@@ -24,13 +24,11 @@ from typing import Any, ClassVar, Hashable
 
 import torch
 
-__all__ = ["OpParams", "make_trial", "overlaps", "empty_exact", "clone_exact", "tensor_signature", "tensor_key", "DTYPE_NAMES"]
+from .dtypes import short_name
 
-DTYPE_NAMES = {
-    torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "bool", torch.complex64: "c64", torch.complex128: "c128",
-}
+__all__ = ["OpParams", "make_trial", "overlaps", "empty_exact", "clone_exact", "tensor_signature", "tensor_key",
+           "with_arguments"]
+
 
 
 class OpParams:
@@ -116,6 +114,12 @@ class OpParams:
             return f"<{type(self).__name__}>"
 
 
+def with_arguments(spec: dict[str, Any], **arguments) -> dict[str, Any]:
+    """``spec()`` plus an op's non-tensor arguments, which rebuilding the call offline needs
+    (``tunekit.offline.rebuild`` passes them to the params' constructor by name)."""
+    return {**spec, "arguments": arguments}
+
+
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the memory spans of ``a`` and ``b`` intersect."""
     if a.device != b.device or a.numel() == 0 or b.numel() == 0:
@@ -152,7 +156,7 @@ def tensor_signature(t: torch.Tensor, *, shape_matters: bool = True) -> str:
     ``shape_matters=False`` (elementwise ops) writes only the element count for contiguous tensors,
     since their candidates see a flat array.
     """
-    dtype = DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    dtype = short_name(t.dtype)
     contiguous = t.is_contiguous()
     if contiguous and not shape_matters:
         dims = f"n={t.numel()}"

@@ -1,4 +1,8 @@
-"""The ops tunekit knows, by name (for ``tunekit.explain``, the CLI and benchmarks)."""
+"""The ops tunekit knows, by name (for ``tunekit.explain``, the CLI and benchmarks).
+
+Each op module registers its tunable ops when it is imported; importing any part of tunekit
+imports ``tunekit/__init__.py``, which imports every op (``tunekit/ops/__init__.py``), so the
+registry is full by the time anything asks it."""
 
 from __future__ import annotations
 
@@ -15,12 +19,7 @@ def register(op):
     return op
 
 
-def _load_builtin_ops() -> None:
-    import tunekit.ops  # noqa: F401  (each op module registers itself)
-
-
 def get_op(name: str):
-    _load_builtin_ops()
     try:
         return _OPS[name]
     except KeyError:
@@ -28,5 +27,4 @@ def get_op(name: str):
 
 
 def all_ops() -> list:
-    _load_builtin_ops()
     return [_OPS[name] for name in sorted(_OPS)]

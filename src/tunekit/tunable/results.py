@@ -3,11 +3,12 @@
 Tuning is expensive, so its outcome is kept in an SQLite file that many processes (loader
 workers, parallel tests, jobs on one node) read and write at once: WAL mode, ``BEGIN
 IMMEDIATE`` writes and a long busy timeout make that safe without a server.  Nested data is
-JSON, never pickle: the file may come from elsewhere and must not be able to run code.
+JSON, never pickle (:mod:`tunekit.tunable.entries`).
 
 The store never takes the program down.  A file that is corrupt, foreign or unwritable is
 left untouched; the store warns once and carries on as an empty in-memory store, so tuning
 still works but is not saved.  Stdlib only (no torch), so tools can read results cheaply.
+The values it stores and their row format are :mod:`tunekit.tunable.entries`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
-import math
 import os
 import pathlib
 import random
@@ -25,15 +25,16 @@ import threading
 import time
 import warnings
 import weakref
-from dataclasses import dataclass
 
-from tunekit.tunable.errors import ResultsImportError, TunekitWarning
+from .entries import (CSV_COLUMNS, CandidateRecord, Entry, UntunedRecord, check_entry, default_results_path, from_csv,
+                      load_rows, to_row)
+from .errors import ResultsImportError, TunekitWarning
+
+__all__ = ["ResultsStore", "SCHEMA_VERSION", "APPLICATION_ID", "CandidateRecord", "Entry", "UntunedRecord",
+           "default_results_path"]
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x544B5231  # "TKR1" in PRAGMA application_id marks the file as ours
-STATUSES = ("chosen", "timed", "slower", "pruned", "unsupported", "numerics", "error", "skipped")
-CSV_COLUMNS = ("op", "signature", "device", "choice", "complete", "tuned_at", "tuning_ms",
-               "validators", "candidates")
 
 _BUSY_TIMEOUT_MS = 30_000
 _LOCK_RETRIES = 5
@@ -53,137 +54,6 @@ _IS_KEY = "op = ? AND signature = ? AND device = ?"
 _SELECT_ENTRIES = f"SELECT {', '.join(CSV_COLUMNS)} FROM entries"
 _UPSERT_ENTRY = (f"INSERT OR REPLACE INTO entries ({', '.join(CSV_COLUMNS)}) "
                  f"VALUES ({', '.join('?' * len(CSV_COLUMNS))})")
-
-
-@dataclass(frozen=True)
-class CandidateRecord:
-    """What happened to one candidate while tuning: its status, time, and why."""
-    status: str                   # one of STATUSES
-    time_ms: float | None = None  # median time when timed
-    reason: str | None = None     # why rejected / not chosen
-
-
-@dataclass
-class Entry:
-    """The tuning result for one op on one input signature on one device."""
-    op: str
-    signature: str
-    device: str                   # device name, e.g. "NVIDIA H100 80GB HBM3" or "cpu"
-    choice: str                   # name of the chosen candidate; a key of candidates
-    complete: bool                # False when tuned under an exhausted budget
-    validators: dict[str, str]    # environment facts + per-candidate source hashes
-    candidates: dict[str, CandidateRecord]
-    tuned_at: float               # unix time
-    tuning_ms: float = 0.0        # wall time tuning took
-
-
-@dataclass(frozen=True)
-class UntunedRecord:
-    """A signature met without a tuned entry, kept so it can be tuned offline later."""
-    op: str
-    signature: str
-    device: str
-    spec: dict                    # JSON-able description to rebuild the inputs
-    first_seen: float
-
-
-def default_results_path() -> pathlib.Path:
-    """$TUNEKIT_RESULTS, else $XDG_CACHE_HOME/tunekit/results.sqlite, else ~/.cache/tunekit/...
-    (results are a cache of measurements, so by default they live in the user's cache dir)."""
-    explicit = os.environ.get("TUNEKIT_RESULTS")
-    if explicit:
-        return pathlib.Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME")
-    base = pathlib.Path(cache).expanduser() if cache else pathlib.Path.home() / ".cache"
-    return base / "tunekit" / "results.sqlite"
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _require(ok, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
-
-
-def _check_entry(e: Entry) -> None:
-    """Raise ValueError unless the entry is storable.  put(), import_csv() and reading the
-    file share these rules, so whatever is stored or exported can always be read back."""
-    for name in ("op", "signature", "device", "choice"):
-        value = getattr(e, name)
-        _require(isinstance(value, str) and value, f"{name} must be a non-empty string, got {value!r}")
-    _require(isinstance(e.complete, bool), f"complete must be a bool, got {e.complete!r}")
-    for name in ("tuned_at", "tuning_ms"):
-        value = getattr(e, name)
-        _require(_is_number(value), f"{name} must be a finite number, got {value!r}")
-    _require(isinstance(e.validators, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                                    for k, v in e.validators.items()),
-             "validators must be an object of string -> string")
-    _require(isinstance(e.candidates, dict), "candidates must map names to CandidateRecord")
-    for name, rec in e.candidates.items():
-        _require(isinstance(name, str) and isinstance(rec, CandidateRecord),
-                 f"candidate {name!r} must map a string to a CandidateRecord")
-        _require(rec.status in STATUSES, f"candidate {name!r} has unknown status {rec.status!r}")
-        _require(rec.time_ms is None or _is_number(rec.time_ms),
-                 f"candidate {name!r} time_ms must be a finite number or null, got {rec.time_ms!r}")
-        _require(rec.reason is None or isinstance(rec.reason, str),
-                 f"candidate {name!r} reason must be a string or null")
-    _require(e.choice in e.candidates, f"choice {e.choice!r} is not one of the candidates")
-
-
-def _to_row(e: Entry) -> tuple:
-    """Entry -> values in CSV_COLUMNS order (the database row and the CSV row alike)."""
-    candidates = {name: {"status": r.status, "time_ms": r.time_ms, "reason": r.reason}
-                  for name, r in e.candidates.items()}
-    return (e.op, e.signature, e.device, e.choice, int(e.complete), float(e.tuned_at),
-            float(e.tuning_ms), json.dumps(e.validators), json.dumps(candidates))
-
-
-def _parse(parse, text, what: str):
-    """parse(text), failing with a ValueError that names the column."""
-    try:
-        return parse(text)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{what} cannot be parsed: {e}") from None
-
-
-def _from_row(op, signature, device, choice, complete: bool, tuned_at, tuning_ms,
-              validators: str, candidates: str) -> Entry:
-    """Values in CSV_COLUMNS order -> checked Entry; ValueError says what is wrong."""
-    tuned_at, tuning_ms = _parse(float, tuned_at, "tuned_at"), _parse(float, tuning_ms, "tuning_ms")
-    data = _parse(json.loads, candidates, "candidates")
-    _require(isinstance(data, dict), "candidates must be a JSON object")
-    try:
-        records = {name: CandidateRecord(**rec) for name, rec in data.items()}
-    except TypeError:
-        raise ValueError("each candidate must be an object with status, time_ms, reason") from None
-    entry = Entry(op, signature, device, choice, complete, _parse(json.loads, validators, "validators"),
-                  records, tuned_at, tuning_ms)
-    _check_entry(entry)
-    return entry
-
-
-def _from_csv(row: dict) -> Entry:
-    """One csv.DictReader row -> checked Entry; ValueError says what is wrong."""
-    _require(None not in row, f"has more fields than the {len(CSV_COLUMNS)} columns")
-    empty = [c for c in CSV_COLUMNS if not (row.get(c) or "").strip()]
-    _require(not empty, f"missing or empty column(s): {', '.join(empty)}")
-    values = [row[c] for c in CSV_COLUMNS]
-    complete = values[4].strip().lower()
-    _require(complete in ("0", "1", "true", "false"), f"complete must be 0/1/true/false, got {values[4]!r}")
-    values[4] = complete in ("1", "true")
-    return _from_row(*values)
-
-
-def _load(rows) -> list[Entry]:
-    """Database rows -> entries.  A row that does not parse (edited or damaged by hand) is
-    treated as absent, so it gets retuned and overwritten instead of crashing the caller."""
-    entries = []
-    for row in rows:
-        with contextlib.suppress(TypeError, ValueError):
-            entries.append(_from_row(*row[:4], bool(row[4]), *row[5:]))
-    return entries
 
 
 class _Problem(Exception):
@@ -372,27 +242,34 @@ class ResultsStore:
                 self._fall_back(f"failed while in use ({e})")
                 return fn(self._conn)
 
-    def _write(self, fn):
+    def transaction(self, fn):
+        """``fn(connection)`` in one write transaction (``BEGIN IMMEDIATE``), under the store's lock,
+        busy timeout and retries; its result. For tables of other components kept in the same file
+        (offline tuning's work claims): the store's own tables are read and written by the methods
+        below."""
         return self._run(lambda conn: _transaction(conn, fn))
 
-    def _read(self, sql: str, params=()) -> list:
+    def query(self, sql: str, params=()) -> list:
+        """The rows of one read statement, under the store's lock and retries."""
         return self._run(lambda conn: conn.execute(sql, params).fetchall())
+
+    _write, _read = transaction, query
 
     def get(self, op: str, signature: str, device: str) -> Entry | None:
         """The entry for (op, signature, device), or None."""
-        found = _load(self._read(f"{_SELECT_ENTRIES} WHERE {_IS_KEY}", (op, signature, device)))
+        found = load_rows(self._read(f"{_SELECT_ENTRIES} WHERE {_IS_KEY}", (op, signature, device)))
         return found[0] if found else None
 
     def put(self, entry: Entry) -> None:
         """Insert or replace the entry for its (op, signature, device); ValueError if invalid."""
-        _check_entry(entry)
-        row = _to_row(entry)
+        check_entry(entry)
+        row = to_row(entry)
         self._write(lambda conn: conn.execute(_UPSERT_ENTRY, row))
 
     def entries(self, op: str | None = None) -> list[Entry]:
         """All entries (of op, if given), ordered by op, signature, device."""
         where, params = ("WHERE op = ?", (op,)) if op is not None else ("", ())
-        return _load(self._read(f"{_SELECT_ENTRIES} {where} ORDER BY op, signature, device", params))
+        return load_rows(self._read(f"{_SELECT_ENTRIES} {where} ORDER BY op, signature, device", params))
 
     def delete(self, op: str, signature: str, device: str) -> bool:
         """Delete one entry; True if it existed."""
@@ -442,7 +319,7 @@ class ResultsStore:
         with open(path, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(CSV_COLUMNS)
-            writer.writerows(_to_row(e) for e in entries)
+            writer.writerows(to_row(e) for e in entries)
         return len(entries)
 
     def import_csv(self, path) -> int:
@@ -458,7 +335,7 @@ class ResultsStore:
                     raise ResultsImportError(path, [(1, f"header lacks column(s) {', '.join(absent)}")])
                 for row in reader:
                     try:
-                        rows.append(_to_row(_from_csv(row)))
+                        rows.append(to_row(from_csv(row)))
                     except ValueError as e:
                         errors.append((reader.line_num, str(e)))
         except (UnicodeDecodeError, csv.Error) as e:

@@ -6,7 +6,8 @@ import os
 import threading
 
 from .context import current
-from .results import ResultsStore, default_results_path
+from .entries import default_results_path
+from .results import ResultsStore
 
 __all__ = ["results_store", "close_all"]
 

@@ -34,18 +34,32 @@ from .errors import TunekitWarning
 from .find_fastest import find_fastest
 from .numerics import tolerance
 from .params import OpParams
-from .results import Entry
+from .entries import Entry
 from .stores import results_store
 
-__all__ = ["TunableOp", "Resolution", "TUNING_LOCK"]
+__all__ = ["TunableOp", "Resolution", "TUNING_LOCK", "use_decider", "current_decider"]
 
 #: Held while resolving a miss. Re-entrant: a candidate may call another tunable op while tuning.
 TUNING_LOCK = threading.RLock()
 
-#: Called instead of ``op._resolve_new(params, s, signature, device, device_name)`` when a signature
-#: is met for the first time in this process (None: decide locally). ``tunekit.distributed.enable()``
-#: sets it so that one rank decides and the others follow.
-resolve_hook = None
+#: Called instead of ``op.decide_here(params, s, signature, device, device_name)`` when a signature
+#: is met for the first time in this process (None: decide here). :func:`use_decider` sets it;
+#: ``tunekit.distributed.enable()`` does, so that one rank decides and the others follow.
+_decider = None
+
+
+def use_decider(decider):
+    """Make ``decider(op, params, settings, signature, device, device_name) -> Resolution`` decide
+    every signature met for the first time from now on (None: each process decides for itself, by
+    :meth:`TunableOp.decide_here`); returns the decider it replaces."""
+    global _decider
+    previous, _decider = _decider, decider
+    return previous
+
+
+def current_decider():
+    """The decider :func:`use_decider` set, or None."""
+    return _decider
 
 
 @dataclass
@@ -65,7 +79,8 @@ class TunableOp:
 
     def __init__(self, name: str, params_type: type[OpParams], *, make_params: Callable[..., OpParams] | None = None,
                  make_example: Callable[..., OpParams] | None = None,
-                 tolerance: Callable[[OpParams], tuple[float, float]] | None = None):
+                 tolerance: Callable[[OpParams], tuple[float, float]] | None = None,
+                 fast_calls: Callable[[dict], Callable] = fast_path.python_fast_call):
         self.name = name
         self.params_type = params_type
         #: builds params from the public function's arguments (explain)
@@ -85,10 +100,12 @@ class TunableOp:
         self._runners: dict[tuple, dict] = {}
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
         self.call = self._make_call()
-        #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py);
-        #: in Python until the first runner is cached, then in C where the extension builds
+        #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py):
+        #: in Python until the first runner is cached, then the one ``fast_calls(runners)`` makes (the
+        #: ops inject the C++ one of tunekit.backends.fast_call, built on that first use)
         self.fast_call = fast_path.python_fast_call(self._runners)
-        self._fast_call_native = False
+        self._fast_calls = fast_calls
+        self._fast_call_made = False
 
     # -- registration ---------------------------------------------------------------------------
     def add(self, impl, *, name: str | None = None, supports=None, default: bool = False, fast_runner=None):
@@ -171,9 +188,9 @@ class TunableOp:
         runner = make(params)
         if runner is not None:
             self._runners.setdefault(s.cache_id, {})[key] = runner
-            if not self._fast_call_native:  # built here, not at import: the first runner needs it
-                self._fast_call_native = True
-                self.fast_call = fast_path.make_fast_call(self._runners)
+            if not self._fast_call_made:  # made here, not at import: the first runner needs it
+                self._fast_call_made = True
+                self.fast_call = self._fast_calls(self._runners)
 
     def resolve(self, params: OpParams, s: context.TuningSettings | None = None) -> Resolution:
         """Decide which candidate runs ``params`` (tuning if the settings allow it)."""
@@ -190,14 +207,16 @@ class TunableOp:
             known = decided.get(signature)
             if known is not None:
                 return known
-            hook = resolve_hook
-            r = (hook(self, params, s, signature, device, name) if hook is not None
-                 else self._resolve_new(params, s, signature, device, name))
+            decider = _decider
+            r = (decider(self, params, s, signature, device, name) if decider is not None
+                 else self.decide_here(params, s, signature, device, name))
             if r.cache:
                 decided[signature] = r
             return r
 
-    def _resolve_new(self, params, s, signature, device, device_name) -> Resolution:
+    def decide_here(self, params, s, signature, device, device_name) -> Resolution:
+        """Decide a signature met for the first time, in this process: a valid stored entry, else
+        tuning (when the settings allow it and no graph is being captured), else the default."""
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         store = results_store(s.results)
         current = validators.validators_for(device, self.candidates)
@@ -237,7 +256,7 @@ class TunableOp:
             store.put(entry)
         except Exception as exc:  # a results file we cannot write must not break the op
             warnings.warn(f"tunekit: could not save tuning result: {exc}", TunekitWarning, stacklevel=5)
-        self._forget_untuned_choices(s, signature)
+        self.forget_untuned(s, signature)
         if not report.complete and s.record_untuned:  # offline tuning (tunekit tune) finishes the job
             try:
                 store.record_untuned(self.name, signature, device_name, params.spec())
@@ -248,7 +267,7 @@ class TunableOp:
             why += "; budget exhausted, entry marked incomplete"
         return Resolution(self._by_name[report.choice], why, signature, device_name, entry)
 
-    def _forget_untuned_choices(self, s, signature: str) -> None:
+    def forget_untuned(self, s, signature: str) -> None:
         """After ``signature`` was tuned into the store ``s`` names: drop what the tuning-off caches of
         that store decided (they may hold the default)."""
         for other_id, choices in self._choices.items():

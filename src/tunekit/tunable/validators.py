@@ -14,6 +14,8 @@ import platform
 
 import torch
 
+from .._version import __version__
+
 __all__ = ["environment", "device_name", "candidate_hashes", "validators_for", "mismatches"]
 
 
@@ -22,12 +24,6 @@ def _version(package: str) -> str:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return "none"
-
-
-def _tunekit_version() -> str:
-    from tunekit import __version__
-
-    return __version__
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,7 +57,7 @@ def _device_facts(device_type: str, index: int | None) -> tuple[tuple[str, str],
     facts = {
         "torch": torch.__version__,
         "triton": _version("triton"),
-        "tunekit": _tunekit_version(),
+        "tunekit": __version__,
     }
     if device_type == "cuda":
         props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())

@@ -128,7 +128,7 @@ __device__ __forceinline__ void map_strided(const Arrays<T, NIN>& a, const Op& o
   }
 
 // The forms every elementwise op instantiates, per storage type; the host side lists the same
-// names (ops/_cuda_elementwise.py FORMS). `prefix` is e.g. silu, silu_backward, gelu_tanh. `Op32`
+// names (ops/_shared/cuda_elementwise.py reads FORMS from it). `prefix` is e.g. silu, silu_backward, gelu_tanh. `Op32`
 // computes float32 storage, `OpF16` float16 and `OpBF16` bfloat16 storage (see fast_sigmoid below
 // for why they may differ from Op32, and fast_normal_tail for why the two 16-bit types may differ).
 #define TUNEKIT_FORMS(DEF, prefix, Op32, OpF16, OpBF16)                                        \

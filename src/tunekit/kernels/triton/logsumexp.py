@@ -1,8 +1,8 @@
 """Triton logsumexp over a contiguous (outer, R, inner) array reduced over R, and its gradient.
 
-Layouts (``tunekit.ops._rows.reduction_view``): *rows* (inner = 1, the last dims) and *columns*
+Layouts (``tunekit.ops._shared.reduction.reduction_view``): *rows* (inner = 1, the last dims) and *columns*
 (inner > 1, read in place, coalesced along inner). The result has outer * inner elements, index
-``o * inner + i``. Launchers: ``tunekit.ops._triton_rows``.
+``o * inner + i``. Launchers: ``tunekit/ops/logsumexp/triton_*.py``.
 
 Online reduction, per chunk of a row or column (``_update``): take the chunk's max first, rescale
 the running sums once by ``exp2((m_old - m_new) * log2e)`` (one exp per row, not per element), then

@@ -1,0 +1,257 @@
+"""A training step of real models with and without ``tunekit.patch()``: what tunekit changes end to end.
+
+Run: ``PYTHONPATH=src python benchmarks/suites/model_step.py --out DIR`` (GPU; needs ``pip install -e
+'.[models]'`` for Hugging Face transformers). ``--smoke`` runs a tiny config on the CPU in seconds
+(the CPU test suite runs it end to end); its times mean nothing.
+
+Models (random weights, nothing downloaded), both in bfloat16 by default:
+
+- LLaMA-style (``transformers.LlamaForCausalLM``): hidden 1024, MLP 2816, 16 heads, 4 layers, vocab
+  32000; its MLP's ``SiLUActivation`` calls ``F.silu`` (and its backward) once per layer.
+- GPT-2-style (``GPT2LMHeadModel``): the same sizes, MLP 4096, ``activation_function=
+  "gelu_pytorch_tanh"`` (``F.gelu(approximate="tanh")``; GPT-2's own ``"gelu_new"`` is a Python
+  formula that calls no gelu kernel). transformers' GELU activations take ``F.gelu`` when the model
+  is built, so the patched copy is built under the patch.
+
+Method:
+
+- Two copies of each model with the same weights: one built and run without tunekit, one built and
+  run under ``tunekit.patch()`` (entered around each block of steps, not each step). The step:
+  gradients set to None (host only), forward with ``labels`` (the LM loss), ``loss.backward()``.
+- Warm-up steps first (``--warmup``, default 3): they include tunekit's tuning of each new signature
+  (a fresh results file per run, ``--tuning-ms`` per signature) and the first CUDA C / Triton
+  compilations. The settings are made process-wide (``tunekit.configure``), as autograd runs CUDA
+  backward ops on its own thread, which does not see a ``tunekit.tuning()`` block.
+- Then ``--rounds`` rounds; each times ``--steps`` steps of every variant in turn (interleaved, so
+  clock and thermal drift hit all variants alike). A step's time is CUDA events around forward and
+  backward (``--smoke``: the host clock); the table reports the median over all timed steps and the
+  spread (min-max).
+- Each patched variant's loss on the first step is compared with the unpatched one's, and one extra
+  step counts the tunekit calls per step (candidate runs, outside the timed steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+import tunekit  # noqa: E402
+from tunekit.bench.measure import versions  # noqa: E402
+from tunekit.tunable.registry import get_op  # noqa: E402
+
+OPS = ("silu", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward")
+FULL = dict(hidden=1024, layers=4, heads=16, llama_mlp=2816, gpt2_mlp=4096, vocab=32000, batch=8, seq=512,
+            dtype="bfloat16")
+SMOKE = dict(hidden=64, layers=2, heads=4, llama_mlp=176, gpt2_mlp=256, vocab=128, batch=2, seq=16, dtype="float32")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def build(name: str, cfg: dict, transformers):
+    if name == "llama":
+        config = transformers.LlamaConfig(hidden_size=cfg["hidden"], intermediate_size=cfg["llama_mlp"],
+                                          num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+                                          num_key_value_heads=cfg["heads"], vocab_size=cfg["vocab"],
+                                          max_position_embeddings=max(cfg["seq"], 64), hidden_act="silu")
+        return transformers.LlamaForCausalLM(config)
+    config = transformers.GPT2Config(n_embd=cfg["hidden"], n_inner=cfg["gpt2_mlp"], n_layer=cfg["layers"],
+                                     n_head=cfg["heads"], vocab_size=cfg["vocab"], n_positions=max(cfg["seq"], 64),
+                                     activation_function="gelu_pytorch_tanh", resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def model_pair(name, cfg, transformers, device, dtype):
+    """(torch model, patched copy built under the patch) with the same weights."""
+    torch.manual_seed(0)
+    plain = build(name, cfg, transformers).to(device=device, dtype=dtype)
+    with tunekit.patch():
+        patched = build(name, cfg, transformers).to(device=device, dtype=dtype)
+    patched.load_state_dict(plain.state_dict())
+    return plain, patched
+
+
+def step(model, ids) -> torch.Tensor:
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach()
+
+
+@contextmanager
+def counting_tunekit_calls():
+    """Counts candidate runs per op (every tunekit call ends in one) while the block runs."""
+    counts = {op: 0 for op in OPS}
+    saved = []
+    for op in OPS:
+        for candidate in get_op(op).candidates:
+            run = candidate.run
+
+            def spy(params, run=run, op=op):
+                counts[op] += 1
+                return run(params)
+
+            saved.append((candidate, run))
+            candidate.run = spy
+    try:
+        yield counts
+    finally:
+        for candidate, run in saved:
+            candidate.run = run
+
+
+class Timer:
+    """CUDA events around each step on a GPU; the host clock (after a sync) elsewhere."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def time_steps(self, fn, n: int) -> list[float]:
+        if not self.cuda:
+            out = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t0) * 1e3)
+            return out
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in events:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) for start, end in events]
+
+
+def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
+    models = dict(zip(("torch", "tunekit.patch"), model_pair(name, cfg, transformers, device, dtype)))
+    torch.manual_seed(1)
+    ids = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]), device=device)
+
+    def one_step(model):
+        model.zero_grad(set_to_none=True)  # host only: no kernel
+        return step(model, ids)
+
+    def in_variant(variant, fn):
+        """``fn()`` with the patch active for the patched variant (entered once per block, not per step)."""
+        if variant == "torch":
+            return fn()
+        with tunekit.patch():
+            return fn()
+
+    losses = {v: in_variant(v, lambda: one_step(m).item()) for v, m in models.items()}  # first step: tunes
+    for _ in range(max(args.warmup - 1, 0)):
+        for v, m in models.items():
+            in_variant(v, lambda: one_step(m))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    times = {v: [] for v in models}
+    for _ in range(args.rounds):
+        for v, m in models.items():
+            times[v] += in_variant(v, lambda: timer.time_steps(lambda: one_step(m), args.steps))
+    with counting_tunekit_calls() as calls:
+        in_variant("tunekit.patch", lambda: one_step(models["tunekit.patch"]))
+    medians = {v: statistics.median(t) for v, t in times.items()}
+    return {"model": name, "losses": losses, "loss_diff": abs(losses["torch"] - losses["tunekit.patch"]),
+            "median_ms": medians, "min_ms": {v: min(t) for v, t in times.items()},
+            "max_ms": {v: max(t) for v, t in times.items()}, "steps_timed": len(times["torch"]),
+            "speedup": medians["torch"] / medians["tunekit.patch"], "tunekit_calls_per_step": calls}
+
+
+def tuned_choices(results) -> list[str]:
+    store = tunekit.results_store(results)
+    return [f"{e.op} `{e.signature}` -> `{e.choice}`" + ("" if e.complete else " (incomplete)")
+            for op in OPS for e in store.entries(op)]
+
+
+def render(meta: dict, rows: list[dict]) -> str:
+    lines = [f"# Model training step (forward + backward), torch vs `tunekit.patch()`: {meta['device']}", "",
+             f"{meta['date']}; {meta['command']}; versions {meta['versions']}", "",
+             f"Config: hidden {meta['config']['hidden']}, layers {meta['config']['layers']}, heads "
+             f"{meta['config']['heads']}, vocab {meta['config']['vocab']}, batch {meta['config']['batch']}, seq "
+             f"{meta['config']['seq']}, {meta['config']['dtype']}; timer: {meta['timer']}; median of "
+             f"{rows[0]['steps_timed'] if rows else 0} steps per variant after {meta['args']['warmup']} warm-up steps.",
+             "", "| model | torch ms | tunekit.patch ms | speedup | torch min-max | patched min-max | loss diff | "
+                 "tunekit calls / step |",
+             "|---|---:|---:|---:|---|---|---:|---|"]
+    for r in rows:
+        calls = ", ".join(f"{op} {n}" for op, n in r["tunekit_calls_per_step"].items() if n) or "none"
+        m, lo, hi = r["median_ms"], r["min_ms"], r["max_ms"]
+        lines.append(f"| {r['model']} | {m['torch']:.3f} | {m['tunekit.patch']:.3f} | {r['speedup']:.3f}x | "
+                     f"{lo['torch']:.3f}-{hi['torch']:.3f} | {lo['tunekit.patch']:.3f}-{hi['tunekit.patch']:.3f} | "
+                     f"{r['loss_diff']:.2e} | {calls} |")
+    lines += ["", "Tuned choices:", ""] + [f"- {c}" for c in meta["tuned_choices"]] + [""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Method: see the module docstring (benchmarks/suites/model_step.py).")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--smoke", action="store_true", help="tiny config on the CPU, float32: an end-to-end check")
+    ap.add_argument("--models", default="llama,gpt2", help="comma-separated: llama, gpt2 (default both)")
+    for key in ("hidden", "layers", "batch", "seq", "vocab"):
+        ap.add_argument(f"--{key}", type=int, help=f"default {FULL[key]} (smoke {SMOKE[key]})")
+    ap.add_argument("--dtype", choices=list(DTYPES), help=f"default {FULL['dtype']} (smoke {SMOKE['dtype']})")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant, tuning included (default 3)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per variant per round (default 4)")
+    ap.add_argument("--tuning-ms", type=float, default=2000.0, help="tuning budget per signature (default 2000)")
+    ap.add_argument("--results", help="tunekit results file (default: a fresh one, so this run tunes)")
+    args = ap.parse_args(argv)
+    try:
+        import transformers
+    except ImportError:
+        log("model_step: Hugging Face transformers is not installed: pip install -e '.[models]' (or pip install "
+            "transformers)")
+        return 2
+    if args.smoke:
+        device, cfg = torch.device("cpu"), dict(SMOKE)
+        args.warmup, args.rounds, args.steps = min(args.warmup, 1), min(args.rounds, 2), min(args.steps, 2)
+    elif not torch.cuda.is_available():
+        log("model_step: no CUDA device here; this benchmark times GPU steps (use --smoke for a CPU check)")
+        return 2
+    else:
+        device, cfg = torch.device("cuda"), dict(FULL)
+    cfg.update({k: v for k, v in vars(args).items() if k in cfg and v is not None})
+    dtype = DTYPES[cfg["dtype"]]
+    results = args.results or str(Path(tempfile.mkdtemp(prefix="tunekit-model-step-")) / "results.sqlite")
+    tunekit.configure(results=results, max_tuning_ms=args.tuning_ms)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    timer = Timer(device)
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        if name not in ("llama", "gpt2"):
+            ap.error(f"unknown model {name!r}")
+        log(f"{name}: building and warming up ({device_name}, {cfg['dtype']})")
+        rows.append(measure_model(name, cfg, args, transformers, device, dtype, timer))
+        log(f"{name}: torch {rows[-1]['median_ms']['torch']:.3f} ms, patched {rows[-1]['median_ms']['tunekit.patch']:.3f} ms")
+    meta = {"device": device_name, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "versions": {**versions(), "transformers": transformers.__version__},
+            "command": " ".join(["python benchmarks/suites/model_step.py"] + (argv if argv is not None else sys.argv[1:])),
+            "config": cfg, "args": vars(args), "results": results, "tuned_choices": tuned_choices(results),
+            "timer": "CUDA events" if timer.cuda else "host clock (smoke run: times mean nothing)"}
+    text = render(meta, rows)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"model_step{'-smoke' if args.smoke else ''}-{device_name.replace(' ', '_')}"
+    (out_dir / f"{stem}.md").write_text(text)
+    (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Triton kernels at run time: the kernel modules of ``tunekit/kernels/triton`` imported at first use,
+and the checks every Triton candidate shares.
+
+Why lazily: ``import tunekit`` never imports Triton (it costs time and is an optional extra), and
+tests can set ``TRITON_INTERPRET=1`` (run the kernels on CPU tensors in Triton's interpreter) before
+a kernels module is imported and its kernels decorated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+
+import torch
+
+__all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device"]
+
+NO_TRITON = "needs triton (pip install 'tunekit[triton]')"
+
+
+@functools.lru_cache(maxsize=None)
+def _module(name: str):
+    """``tunekit.kernels.triton.<name>``, or None without Triton. A broken kernels module raises:
+    it must not read as "no triton"."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    return importlib.import_module(f"tunekit.kernels.triton.{name}")
+
+
+def kernel(module: str, name: str):
+    """The ``@triton.jit`` function ``name`` of ``tunekit.kernels.triton.<module>``, or None without Triton."""
+    found = _module(module)
+    return None if found is None else getattr(found, name)
+
+
+def interpreted(fn) -> bool:
+    """True when ``fn`` was decorated under TRITON_INTERPRET=1 (it then runs on CPU tensors)."""
+    return type(fn).__name__ == "InterpretedFunction"
+
+
+def device_problem(device: torch.device, fn=None) -> str | None:
+    """Why a Triton kernel cannot run on ``device`` (None when it can): a CUDA device, or the CPU in
+    Triton's interpreter; ``fn`` (the kernel, if already loaded) must have been decorated for it."""
+    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+    if device.type != "cuda" and not (device.type == "cpu" and interpreting):
+        return "needs a CUDA device (or TRITON_INTERPRET=1 for CPU tensors)"
+    if device.type == "cpu" and fn is not None and not interpreted(fn):
+        return "Triton kernels were compiled for the GPU (TRITON_INTERPRET=1 set after they loaded)"
+    return None
+
+
+def on_device(device: torch.device):
+    """A context in which launches go to ``device``: Triton launches on the current device's current
+    stream, so another CUDA device is made current for the launch."""
+    if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()

@@ -1,0 +1,307 @@
+"""logsumexp's tunable ops, their torch candidates, autograd and public functions (the package's
+``__init__.py`` says what the candidates are)."""
+
+from __future__ import annotations
+
+import torch
+
+from .cuda_backward import cuda_backward_candidates
+from .cuda_forward import cuda_candidates
+from .params import LogsumexpBackwardParams, LogsumexpParams, normalize_dims, reduced_shape, unsqueezed
+from .triton_backward import triton_logsumexp_backward_candidates
+from .triton_forward import triton_logsumexp_candidates
+from .._shared import routing
+from .._shared.arguments import check_float_tensor
+from .._shared.custom_ops import compute_dtype, contiguous, save_inputs, tunekit_ops
+from ...tunable.context import captured, inherited
+from ...tunable.registry import register
+from ...tunable.tunable_op import TunableOp
+
+__all__ = ["LogsumexpFunction", "logsumexp", "logsumexp_backward", "logsumexp_op", "logsumexp_backward_op",
+           "torch_logsumexp", "torch_logsumexp_backward", "compiled_logsumexp", "compiled_logsumexp_backward",
+           "logsumexp_custom", "logsumexp_backward_custom", "routed_logsumexp", "patched_function", "patched_method"]
+
+
+# -- forward --------------------------------------------------------------------------------------
+def torch_logsumexp(p: LogsumexpParams) -> torch.Tensor:
+    """PyTorch's composite."""
+    if p.out is None:
+        return torch.logsumexp(p.x, p.dims, p.keepdim)
+    return torch.logsumexp(p.x, p.dims, p.keepdim, out=p.out)
+
+
+def make_params(x: torch.Tensor, dim, keepdim: bool = False) -> LogsumexpParams:
+    check_float_tensor("logsumexp", x)
+    return LogsumexpParams(x, normalize_dims(dim, x.dim()), bool(keepdim))
+
+
+def make_example(shape, dtype=torch.float32, device="cpu", dim=-1, keepdim=False) -> LogsumexpParams:
+    x = torch.randn(shape, dtype=dtype, device=device) * 3
+    return LogsumexpParams(x, normalize_dims(dim, x.dim()), keepdim)
+
+
+logsumexp_op = register(TunableOp("logsumexp", LogsumexpParams, make_params=make_params, make_example=make_example))
+logsumexp_op.add(torch_logsumexp, default=True)
+for _c in cuda_candidates():
+    logsumexp_op.add(_c)
+for _c in triton_logsumexp_candidates():
+    logsumexp_op.add(_c)
+
+
+# -- backward -------------------------------------------------------------------------------------
+def torch_logsumexp_backward(p: LogsumexpBackwardParams) -> torch.Tensor:
+    """``dy * exp(x - lse)`` with torch ops (autograd's formula for torch.logsumexp), in float32 for
+    16-bit inputs: in bfloat16, ``x - lse`` alone rounds by up to 3% of the gradient (lse ~ 10),
+    and this result is the reference every other candidate is checked against. Writes ``out``
+    in place when given (tuning times it so, and no extra copy should count against it)."""
+    x = p.x
+    dy, lse = unsqueezed(p.dy, p.dims, p.keepdim, x.dim()), unsqueezed(p.lse, p.dims, p.keepdim, x.dim())
+    if x.dtype in (torch.float16, torch.bfloat16):
+        dx = torch.exp(x.float() - lse.float()).mul_(dy.float())
+        return dx.to(x.dtype) if p.out is None else p.out.copy_(dx)
+    if p.out is None:
+        return dy * torch.exp(x - lse)
+    torch.sub(x, lse, out=p.out)
+    return p.out.exp_().mul_(dy)
+
+
+def make_backward_example(shape, dtype=torch.float32, device="cpu", dim=-1, keepdim=False) -> LogsumexpBackwardParams:
+    fwd = make_example(shape, dtype, device, dim, keepdim)
+    lse = torch.logsumexp(fwd.x, fwd.dims, keepdim)
+    return LogsumexpBackwardParams(torch.randn_like(lse), fwd.x, lse, fwd.dims, keepdim)
+
+
+logsumexp_backward_op = register(TunableOp("logsumexp_backward", LogsumexpBackwardParams,
+                                           make_example=make_backward_example))
+logsumexp_backward_op.add(torch_logsumexp_backward, default=True)
+for _c in cuda_backward_candidates():
+    logsumexp_backward_op.add(_c)
+for _c in triton_logsumexp_backward_candidates():
+    logsumexp_backward_op.add(_c)
+
+
+_logsumexp_call = logsumexp_op.call
+_logsumexp_backward_call = logsumexp_backward_op.call
+_is_compiling = torch.compiler.is_compiling
+
+
+# -- public functions and autograd ------------------------------------------------------------------
+class LogsumexpFunction(torch.autograd.Function):
+    """Autograd for :func:`logsumexp`: the tuned forward, the tuned fused backward."""
+
+    @staticmethod
+    def forward(ctx, x, dims, keepdim):
+        lse = _logsumexp_call(LogsumexpParams(x, dims, keepdim))
+        ctx.save_for_backward(x, lse)
+        ctx.tuning = captured()  # the backward may run on autograd's thread
+        ctx.dims, ctx.keepdim = dims, keepdim
+        return lse
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, lse = ctx.saved_tensors
+        # autograd often hands an expanded gradient (from .sum()); one value per result is small
+        dy = dy.contiguous()
+        with inherited(ctx.tuning):
+            return logsumexp_backward(dy, x, lse, ctx.dims, ctx.keepdim), None, None
+
+
+def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
+    """``log(sum(exp(x), dim))`` computed stably, as ``torch.logsumexp``, by the fastest correct
+    candidate. Integer inputs and invalid dims go to torch itself (its promotion, its errors)."""
+    if _is_compiling():  # torch.compile: the custom op, no graph break
+        return compiled_logsumexp(x, dim, keepdim)
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+        return torch.logsumexp(x, dim, keepdim)
+    try:
+        dims = normalize_dims(dim, x.dim())
+    except (ValueError, TypeError):
+        return torch.logsumexp(x, dim, keepdim)
+    if not dims:  # an empty dim list: torch's own meaning (an error or all dims, by keepdim), untuned
+        return torch.logsumexp(x, dim, keepdim)
+    if x.requires_grad and torch.is_grad_enabled():
+        return LogsumexpFunction.apply(x, dims, bool(keepdim))
+    return _logsumexp_call(LogsumexpParams(x, dims, bool(keepdim)))
+
+
+def logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
+    """The gradient of :func:`logsumexp`: ``dy * exp(x - lse)`` broadcast over the reduced dims.
+    When the result must itself be differentiable (double backward), torch ops run."""
+    if _is_compiling():  # torch.compile: the custom op, no graph break
+        return compiled_logsumexp_backward(dy, x, lse, dim, keepdim)
+    dims = normalize_dims(dim, x.dim())
+    p = LogsumexpBackwardParams(dy, x, lse, dims, bool(keepdim))
+    if torch.is_grad_enabled() and (dy.requires_grad or x.requires_grad or lse.requires_grad):
+        return torch_logsumexp_backward(p)
+    return _logsumexp_backward_call(p)
+
+
+# -- torch.library: tunekit::logsumexp, tunekit::logsumexp_backward (ops/_shared/custom_ops.py) ----
+# Both refuse an empty ``dim`` (torch.logsumexp's own handling of ``()`` is inconsistent):
+# :func:`compiled_logsumexp` passes that case, integer inputs and invalid dims to torch.logsumexp,
+# as eager tunekit does. Results and the gradient are contiguous.
+def _dims(dim, x: torch.Tensor, op: str) -> tuple[int, ...]:
+    dims = normalize_dims(dim, x.dim())
+    if not dims:
+        raise ValueError(f"tunekit::{op}: dim must name at least one dimension")
+    return dims
+
+
+def _check_reduced(op: str, name: str, t: torch.Tensor, x: torch.Tensor, shape: list) -> None:
+    if list(t.shape) != shape or t.device != x.device or not t.is_floating_point():
+        raise ValueError(f"tunekit::{op}: {name} must be a floating-point tensor of the reduced shape {shape} on "
+                         f"{x.device}, got {t.dtype}{list(t.shape)} on {t.device}")
+
+
+def _check_backward(dy, x, lse, dim, keepdim) -> tuple[int, ...]:
+    check_float_tensor("logsumexp_backward", x)
+    dims = _dims(dim, x, "logsumexp_backward")
+    shape = reduced_shape(x, dims, keepdim)
+    _check_reduced("logsumexp_backward", "dy", dy, x, shape)
+    _check_reduced("logsumexp_backward", "lse", lse, x, shape)
+    return dims
+
+
+@torch.library.custom_op("tunekit::logsumexp", mutates_args=(),
+                         schema="(Tensor x, int[] dim, bool keepdim) -> Tensor")
+def logsumexp_custom(x: torch.Tensor, dim: list[int], keepdim: bool) -> torch.Tensor:
+    """``tunekit.logsumexp(x, dim, keepdim)`` as a custom op: the tunable op ``logsumexp`` at run time."""
+    check_float_tensor("logsumexp", x)
+    return contiguous(_logsumexp_call(LogsumexpParams(x, _dims(dim, x, "logsumexp"), keepdim)))
+
+
+@logsumexp_custom.register_fake
+def _logsumexp_fake(x, dim, keepdim):
+    check_float_tensor("logsumexp", x)
+    return x.new_empty(reduced_shape(x, _dims(dim, x, "logsumexp"), keepdim))
+
+
+@torch.library.custom_op("tunekit::logsumexp_backward", mutates_args=(),
+                         schema="(Tensor dy, Tensor x, Tensor lse, int[] dim, bool keepdim) -> Tensor")
+def logsumexp_backward_custom(dy: torch.Tensor, x: torch.Tensor, lse: torch.Tensor, dim: list[int],
+                              keepdim: bool) -> torch.Tensor:
+    """``tunekit.logsumexp_backward(dy, x, lse, dim, keepdim)`` as a custom op (``dy * exp(x - lse)``)."""
+    dims = _check_backward(dy, x, lse, dim, keepdim)
+    # a 0-d x reduces nothing away: keepdim=True spares it an unsqueeze (which would give shape [1])
+    return contiguous(_logsumexp_backward_call(LogsumexpBackwardParams(dy, x, lse, dims, keepdim or x.dim() == 0)))
+
+
+@logsumexp_backward_custom.register_fake
+def _logsumexp_backward_fake(dy, x, lse, dim, keepdim):
+    _check_backward(dy, x, lse, dim, keepdim)
+    return x.new_empty(x.shape)
+
+
+def _save_logsumexp(ctx, inputs, output):
+    x, dim, keepdim = inputs
+    ctx.save_for_backward(x, output)
+    ctx.dim, ctx.keepdim = list(dim), keepdim
+
+
+def _logsumexp_grad(ctx, grad):
+    x, lse = ctx.saved_tensors
+    # autograd often hands an expanded gradient (from .sum()): one value per result is small
+    return tunekit_ops.logsumexp_backward(grad.contiguous(), x, lse, ctx.dim, ctx.keepdim), None, None
+
+
+def _logsumexp_backward_grad(ctx, grad):
+    """dx = dy' e with e = exp(x - lse') (' : unsqueezed): d/ddy = sum(g e), d/dx = g dy' e,
+    d/dlse = -sum(g dy' e), sums over the reduced dims."""
+    dy, x, lse = ctx.saved_tensors
+    dim, keepdim = ctx.arguments
+    dims = normalize_dims(dim, x.dim())
+    t = compute_dtype(x)
+    g = grad.to(t)
+    e = torch.exp(x.to(t) - unsqueezed(lse.to(t), dims, keepdim, x.dim()))
+    gdy = gx = glse = None
+    if ctx.needs_input_grad[0]:
+        gdy = (g * e).sum(dims, keepdim=keepdim).to(dy.dtype) if x.dim() else (g * e).to(dy.dtype)
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        gdx = g * unsqueezed(dy.to(t), dims, keepdim, x.dim()) * e
+        if ctx.needs_input_grad[1]:
+            gx = gdx.to(x.dtype)
+        if ctx.needs_input_grad[2]:
+            glse = -(gdx.sum(dims, keepdim=keepdim) if x.dim() else gdx).to(lse.dtype)
+    return gdy, gx, glse, None, None
+
+
+logsumexp_custom.register_autograd(_logsumexp_grad, setup_context=_save_logsumexp)
+logsumexp_backward_custom.register_autograd(_logsumexp_backward_grad, setup_context=save_inputs)
+
+
+def _traceable_dims(dim, ndim: int):
+    """normalize_dims without exceptions (Dynamo traces this): sorted dims, or None where torch decides."""
+    dims = [dim] if isinstance(dim, int) else list(dim) if isinstance(dim, (tuple, list)) else None
+    if not dims:
+        return None
+    rank = max(ndim, 1)
+    out = []
+    for d in dims:
+        if not isinstance(d, int) or not -rank <= d < rank or d % rank in out:
+            return None
+        out.append(d % rank)
+    return sorted(out)
+
+
+def compiled_logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
+    """``tunekit.logsumexp`` under torch.compile: ``tunekit::logsumexp``; integer inputs, empty or invalid
+    dims go to ``torch.logsumexp`` (its promotion, its errors), as in eager tunekit."""
+    dims = _traceable_dims(dim, x.dim()) if isinstance(x, torch.Tensor) and x.is_floating_point() else None
+    if dims is None:
+        return torch.logsumexp(x, dim, keepdim)
+    return tunekit_ops.logsumexp(x, dims, bool(keepdim))
+
+
+def compiled_logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
+    """``tunekit.logsumexp_backward`` under torch.compile."""
+    return tunekit_ops.logsumexp_backward(dy, x, lse, list(normalize_dims(dim, x.dim())), bool(keepdim))
+
+
+# -- drop-in use: tunekit.patch() -----------------------------------------------------------------
+def routed_logsumexp(x: torch.Tensor, dim, keepdim: bool) -> torch.Tensor:
+    """:func:`logsumexp` for a call routed from torch's entry points (``ops/silu.py``'s ``routed_silu``)."""
+    state = routing.state
+    state.inside = True
+    try:
+        return logsumexp(x, dim, keepdim)
+    finally:
+        state.inside = False
+
+
+_NOT_TAKEN = object()
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _routed_call(x, dim, keepdim):
+    """tunekit's logsumexp when it takes this call, else ``_NOT_TAKEN``. Not under autocast: some
+    backends put logsumexp on their float32 list, which only torch's function applies."""
+    if (type(keepdim) is bool and routing.plain_dims(dim) and routing.takes(x)
+            and not (_any_autocast() and torch.is_autocast_enabled(x.device.type))):
+        return routed_logsumexp(x, dim, keepdim)
+    return _NOT_TAKEN
+
+
+def patched_function(attr):
+    """``torch.logsumexp``'s replacement; ``out=`` and forms tunekit does not take go to torch."""
+    def logsumexp(*args, **kwargs):
+        if attr.users:
+            bound = routing.bind(args, kwargs, ("input", "dim", "keepdim"), ("out",), {"keepdim": False, "out": None})
+            if bound is not None and bound["out"] is None:
+                result = _routed_call(bound["input"], bound["dim"], bound["keepdim"])
+                if result is not _NOT_TAKEN:
+                    return result
+        return attr.original(*args, **kwargs)
+    return logsumexp
+
+
+def patched_method(attr):
+    """``torch.Tensor.logsumexp``'s replacement."""
+    def logsumexp(self, *args, **kwargs):
+        if attr.users:
+            bound = routing.bind(args, kwargs, ("dim", "keepdim"), defaults={"keepdim": False})
+            if bound is not None:
+                result = _routed_call(self, bound["dim"], bound["keepdim"])
+                if result is not _NOT_TAKEN:
+                    return result
+        return attr.original(self, *args, **kwargs)
+    return logsumexp

@@ -1,0 +1,154 @@
+"""What the results store holds, as values: a tuning result (:class:`Entry`, with a
+:class:`CandidateRecord` per candidate) and a signature met untuned (:class:`UntunedRecord`), and
+their one row format, shared by the SQLite table and the CSV export (so whatever is stored or
+exported can always be read back, and a row that does not check out is refused the same way
+everywhere). Nested data is JSON, never pickle: a results file may come from elsewhere and must not
+be able to run code. Stdlib only (no torch), so tools can read results cheaply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pathlib
+from dataclasses import dataclass
+
+__all__ = ["STATUSES", "CSV_COLUMNS", "CandidateRecord", "Entry", "UntunedRecord", "default_results_path",
+           "check_entry", "to_row", "from_row", "from_csv", "load_rows"]
+
+STATUSES = ("chosen", "timed", "slower", "pruned", "unsupported", "numerics", "error", "skipped")
+CSV_COLUMNS = ("op", "signature", "device", "choice", "complete", "tuned_at", "tuning_ms",
+               "validators", "candidates")
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """What happened to one candidate while tuning: its status, time, and why."""
+    status: str                   # one of STATUSES
+    time_ms: float | None = None  # median time when timed
+    reason: str | None = None     # why rejected / not chosen
+
+
+@dataclass
+class Entry:
+    """The tuning result for one op on one input signature on one device."""
+    op: str
+    signature: str
+    device: str                   # device name, e.g. "NVIDIA H100 80GB HBM3" or "cpu"
+    choice: str                   # name of the chosen candidate; a key of candidates
+    complete: bool                # False when tuned under an exhausted budget
+    validators: dict[str, str]    # environment facts + per-candidate source hashes
+    candidates: dict[str, CandidateRecord]
+    tuned_at: float               # unix time
+    tuning_ms: float = 0.0        # wall time tuning took
+
+
+@dataclass(frozen=True)
+class UntunedRecord:
+    """A signature met without a tuned entry, kept so it can be tuned offline later."""
+    op: str
+    signature: str
+    device: str
+    spec: dict                    # JSON-able description to rebuild the inputs
+    first_seen: float
+
+
+def default_results_path() -> pathlib.Path:
+    """$TUNEKIT_RESULTS, else $XDG_CACHE_HOME/tunekit/results.sqlite, else ~/.cache/tunekit/...
+    (results are a cache of measurements, so by default they live in the user's cache dir)."""
+    explicit = os.environ.get("TUNEKIT_RESULTS")
+    if explicit:
+        return pathlib.Path(explicit).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(cache).expanduser() if cache else pathlib.Path.home() / ".cache"
+    return base / "tunekit" / "results.sqlite"
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _require(ok, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def check_entry(e: Entry) -> None:
+    """Raise ValueError unless the entry is storable.  put(), import_csv() and reading the
+    file share these rules, so whatever is stored or exported can always be read back."""
+    for name in ("op", "signature", "device", "choice"):
+        value = getattr(e, name)
+        _require(isinstance(value, str) and value, f"{name} must be a non-empty string, got {value!r}")
+    _require(isinstance(e.complete, bool), f"complete must be a bool, got {e.complete!r}")
+    for name in ("tuned_at", "tuning_ms"):
+        value = getattr(e, name)
+        _require(_is_number(value), f"{name} must be a finite number, got {value!r}")
+    _require(isinstance(e.validators, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in e.validators.items()),
+             "validators must be an object of string -> string")
+    _require(isinstance(e.candidates, dict), "candidates must map names to CandidateRecord")
+    for name, rec in e.candidates.items():
+        _require(isinstance(name, str) and isinstance(rec, CandidateRecord),
+                 f"candidate {name!r} must map a string to a CandidateRecord")
+        _require(rec.status in STATUSES, f"candidate {name!r} has unknown status {rec.status!r}")
+        _require(rec.time_ms is None or _is_number(rec.time_ms),
+                 f"candidate {name!r} time_ms must be a finite number or null, got {rec.time_ms!r}")
+        _require(rec.reason is None or isinstance(rec.reason, str),
+                 f"candidate {name!r} reason must be a string or null")
+    _require(e.choice in e.candidates, f"choice {e.choice!r} is not one of the candidates")
+
+
+def to_row(e: Entry) -> tuple:
+    """Entry -> values in CSV_COLUMNS order (the database row and the CSV row alike)."""
+    candidates = {name: {"status": r.status, "time_ms": r.time_ms, "reason": r.reason}
+                  for name, r in e.candidates.items()}
+    return (e.op, e.signature, e.device, e.choice, int(e.complete), float(e.tuned_at),
+            float(e.tuning_ms), json.dumps(e.validators), json.dumps(candidates))
+
+
+def _parse(parse, text, what: str):
+    """parse(text), failing with a ValueError that names the column."""
+    try:
+        return parse(text)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} cannot be parsed: {e}") from None
+
+
+def from_row(op, signature, device, choice, complete: bool, tuned_at, tuning_ms,
+              validators: str, candidates: str) -> Entry:
+    """Values in CSV_COLUMNS order -> checked Entry; ValueError says what is wrong."""
+    tuned_at, tuning_ms = _parse(float, tuned_at, "tuned_at"), _parse(float, tuning_ms, "tuning_ms")
+    data = _parse(json.loads, candidates, "candidates")
+    _require(isinstance(data, dict), "candidates must be a JSON object")
+    try:
+        records = {name: CandidateRecord(**rec) for name, rec in data.items()}
+    except TypeError:
+        raise ValueError("each candidate must be an object with status, time_ms, reason") from None
+    entry = Entry(op, signature, device, choice, complete, _parse(json.loads, validators, "validators"),
+                  records, tuned_at, tuning_ms)
+    check_entry(entry)
+    return entry
+
+
+def from_csv(row: dict) -> Entry:
+    """One csv.DictReader row -> checked Entry; ValueError says what is wrong."""
+    _require(None not in row, f"has more fields than the {len(CSV_COLUMNS)} columns")
+    empty = [c for c in CSV_COLUMNS if not (row.get(c) or "").strip()]
+    _require(not empty, f"missing or empty column(s): {', '.join(empty)}")
+    values = [row[c] for c in CSV_COLUMNS]
+    complete = values[4].strip().lower()
+    _require(complete in ("0", "1", "true", "false"), f"complete must be 0/1/true/false, got {values[4]!r}")
+    values[4] = complete in ("1", "true")
+    return from_row(*values)
+
+
+def load_rows(rows) -> list[Entry]:
+    """Database rows -> entries.  A row that does not parse (edited or damaged by hand) is
+    treated as absent, so it gets retuned and overwritten instead of crashing the caller."""
+    entries = []
+    for row in rows:
+        with contextlib.suppress(TypeError, ValueError):
+            entries.append(from_row(*row[:4], bool(row[4]), *row[5:]))
+    return entries

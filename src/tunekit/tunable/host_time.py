@@ -1,0 +1,139 @@
+"""Host time as a tie-breaker: among candidates that take the same device time, the one whose
+cached call costs the host clearly less, when the choice is host-bound.
+
+Device time decides the choice (:mod:`tunekit.tunable.find_fastest`); but for small inputs kernels
+of different backends take the same device time while their launches cost different host time (a
+Triton launch, torch's dispatcher, tunekit's C launcher), and an eager caller of a small op waits
+on the host. When the device is the bottleneck, host time is hidden and device time alone decides.
+A tie is confirmed by a head-to-head re-measure of the two with longer measurements before host
+time may break it (short measurements saw ties that longer ones put 1.5-3% apart:
+``benchmarks/results/tie_break_check-*``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from .entries import CandidateRecord
+from .params import OpParams
+from .screen import Budget, synchronize
+
+__all__ = ["HOST_TIE", "HOST_GAIN", "HOST_BOUND", "CONFIRM_PAIRS", "CONFIRM_MS", "MIN_PAIRS", "host_us_per_call",
+           "cached_call", "confirmed_tie", "prefer_less_host_time"]
+
+#: pairs of the head-to-head below which it confirms nothing
+MIN_PAIRS = 3
+
+#: device times within this fraction of the choice's count as a tie, broken by host time when the
+#: choice is host-bound: half of the "never slower than torch eager" bound (2% of its device time)
+HOST_TIE = 0.01
+#: a tied candidate replaces the choice only if its host time per call is below this fraction of the choice's
+HOST_GAIN = 0.9
+#: the choice counts as host-bound when a call's host time is at least this multiple of its device
+#: time: near parity the GPU queue absorbs host-time differences, and ties broken there measured
+#: slower than the default in longer runs
+HOST_BOUND = 1.5
+#: measurement pairs of the head-to-head that must confirm a device-time tie before host time may
+#: break it (at least MIN_PAIRS of them, the rest as the budget allows)
+CONFIRM_PAIRS = 12
+#: ms of device time per measurement of that head-to-head: the rounds' measurements (one pass over
+#: the input sets, ~50 us for 4 MiB tensors) are too short to tell a 1% difference from noise
+CONFIRM_MS = 0.5
+
+
+def host_us_per_call(call: Callable[[], object], device: torch.device, calls: int = 32, repeats: int = 5) -> float:
+    """Host time per eager ``call()`` (median over repeats), with the GPU queue drained first so the
+    enqueue never waits on the device: what a host-bound caller pays per call."""
+    samples = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    synchronize(device)
+    return statistics.median(samples)
+
+
+def cached_call(c, params: OpParams, base: OpParams) -> Callable[[], object]:
+    """What a cached call of ``params`` runs when ``c`` is chosen, on the proxies ``base``: ``c``'s
+    runner when the public function's fast path will use one, else ``c.run``; outputs the caller
+    left to the op (None) are allocated on each call, as the caller's are."""
+    p = base.replace(**{name: None for name in params.outputs if getattr(params, name) is None})
+    make = getattr(c, "fast_runner", None)
+    runner = make(p) if make is not None and params.fast_form() else None
+    if runner is None:
+        return lambda: c.run(p)
+    inputs = [getattr(p, name) for name in p.inputs]
+    return lambda: runner(*inputs)
+
+
+def confirmed_tie(measure_choice: Callable[[], float], measure_other: Callable[[], float], budget: Budget,
+                  pairs: int = CONFIRM_PAIRS) -> tuple[bool, float]:
+    """(tied, ratio): measure the two candidates back to back ``pairs`` times (order alternating, so
+    drift and the first-run penalty hit both alike), and whether the median of other/choice is
+    within :data:`HOST_TIE`. Fewer than MIN_PAIRS pairs within the budget confirm nothing."""
+    ratios = []
+    for k in range(pairs):
+        if k >= MIN_PAIRS and budget.left_ms() <= 0:
+            break
+        if k % 2:
+            b = measure_other()
+            a = measure_choice()
+        else:
+            a = measure_choice()
+            b = measure_other()
+        ratios.append(b / a if a > 0 else math.inf)
+    ratio = statistics.median(ratios)
+    return ratio <= 1.0 + HOST_TIE, ratio
+
+
+def prefer_less_host_time(report, survivors, times, remeasure, params, base, budget) -> None:
+    """When the choice is host-bound (a cached call costs clearly more host time than the kernel
+    takes on the device: :data:`HOST_BOUND`), pick among the candidates whose device time ties
+    with the choice's (within :data:`HOST_TIE`) the one with clearly less host time per cached
+    call (:func:`cached_call`).
+
+    Device time decides the choice; but for small inputs kernels of different backends take the
+    same device time while their launches cost different host time (a Triton launch, torch's
+    dispatcher, tunekit's C launcher), and an eager caller of a small op waits on the host. When
+    the device is the bottleneck, host time is hidden and device time alone decides. The tie bound
+    is tighter than the default's margin, so the tuned choice stays within noise of the default's
+    device time."""
+    choice = report.choice
+    bound = times[choice] * (1.0 + HOST_TIE)
+    tied = [c for c in survivors if c.name in times and times[c.name] <= bound]
+    if len(tied) < 2 or budget.left_ms() <= 0:
+        return
+    try:
+        host = {c.name: host_us_per_call(cached_call(c, params, base), params.device) for c in tied}
+    except Exception:  # every tied candidate already ran fine; a failure here keeps the device-time choice
+        return
+    best = min(host, key=host.get)
+    host_bound = host[choice] >= HOST_BOUND * times[choice] * 1e3  # us per call against the kernel's ms
+    if best == choice or not host_bound or host[best] >= HOST_GAIN * host[choice]:
+        return
+    records = report.candidates
+    try:
+        tied, ratio = confirmed_tie(remeasure(choice, CONFIRM_MS), remeasure(best, CONFIRM_MS), budget)
+    except Exception:  # e.g. a capture that failed: keep the device-time choice
+        return
+    if not tied:
+        records[best] = CandidateRecord(
+            "slower", time_ms=times[best],
+            reason=f"host time {host[best]:.1f} us per call against {host[choice]:.1f} us, but {ratio:.3f}x the "
+                   f"device time of {choice} head to head (more than {HOST_TIE:.0%})")
+        return
+    records[best] = CandidateRecord(
+        "chosen", time_ms=times[best],
+        reason=f"device time within {HOST_TIE:.0%} of {choice} ({ratio:.3f}x head to head); host time "
+               f"{host[best]:.1f} us per call against {host[choice]:.1f} us")
+    records[choice] = CandidateRecord(
+        "slower", time_ms=times[choice],
+        reason=f"tied on device time with {best}; host time {host[choice]:.1f} us per call against {host[best]:.1f} us")
+    report.choice = best
