@@ -91,8 +91,13 @@ def source(filename: str) -> str:
     return _expand(filename, set())
 
 
+_PRAGMA_ONCE = re.compile(r"^#pragma once[ \t]*\n", re.MULTILINE)
+
+
 def _expand(filename: str, seen: set[str]) -> str:
     text = resources.files("tunekit.kernels.cuda").joinpath(filename).read_text()
+    if seen:  # an inlined header: its guard is this function's job in one translation unit
+        text = _PRAGMA_ONCE.sub("", text)
 
     def inline(m: re.Match) -> str:
         header = m.group(1)

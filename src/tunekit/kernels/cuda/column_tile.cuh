@@ -2,6 +2,7 @@
 // (its gradient), which use the same launch: a block is IX threads along inner (VEC adjacent columns
 // each, so a row's loads are one contiguous run) by BLOCK / IX along R, and blockIdx.x flattens
 // (inner blocks, outer, splits of R). 64-bit indices throughout.
+#pragma once
 namespace tunekit {
 
 template <int IX, int VEC, int BLOCK>

@@ -1,5 +1,6 @@
 // Storage types <-> fp32, and a pack of VEC elements loaded or stored as one access, shared by
 // every kernel source (inlined into each .cu by tunekit.backends.nvrtc.source).
+#pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 

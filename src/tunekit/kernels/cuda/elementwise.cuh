@@ -19,6 +19,7 @@
 //   walked grid-stride, so the host may launch one block per tile or a persistent grid.
 // VEC * sizeof(T) is the width of one access; the host checks pointer alignment for it.
 // (inlined into each .cu by tunekit.backends.nvrtc.source, so no include guard is needed)
+#pragma once
 #include "convert.cuh"
 #include "fastmath.cuh"
 

@@ -1,5 +1,6 @@
 // One-instruction fp32 approximations shared by the kernel sources (inlined into each .cu by
 // tunekit.backends.nvrtc.source).
+#pragma once
 namespace tunekit {
 
 // The hardware's approximate exp2 and reciprocal (one MUFU instruction each), flushing denormals:

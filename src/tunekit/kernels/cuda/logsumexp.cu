@@ -1,6 +1,6 @@
 // logsumexp of a contiguous array seen as (outer, R, inner), reduced over R, in one read of the
-// input: lse = m + log(sum(exp(x - m))) with m the max, kept online (the seed's design, 000_;
-// torch.logsumexp runs amax, subtract, exp, sum, log, add).
+// input: lse = m + log(sum(exp(x - m))) with m the max, kept online (torch.logsumexp runs amax,
+// subtract, exp, sum, log, add).
 //
 // Layouts (each its own candidate; the host picks the launch):
 // - rows (inner = 1): TPR threads own a row: 8 (rows of 64 and fewer), 32 (a warp), 256 (a block);
@@ -11,7 +11,8 @@
 //   columns each, so they read one contiguous run) by 256 / IX along R; a column's partials merge
 //   in shared memory. IX = 32, or 8 for the narrow form: 8 x 16 bytes is still one whole 128-byte
 //   line per row, a block spans 4x fewer columns (inner = 128 in 16-bit no longer idles half the
-//   block) and 4x more rows, so fewer R splits are needed to fill the GPU. The input is read in place, never transposed. splits > 1 cuts R, and
+//   block) and 4x more rows, so fewer R splits are needed to fill the GPU. The input is read in
+//   place, never transposed. splits > 1 cuts R, and
 //   logsumexp_combine merges the chunks' partials (a warp per result; _wide: a block per result,
 //   for many splits). Column strips (float32): a block per 32 columns over all of R, no split.
 //
@@ -41,8 +42,8 @@ constexpr int BLOCK = 256;
 // Programmatic dependent launch (sm_90 and later): a kernel whose partials a merge pass reads lets
 // that pass launch before it ends (the host launches the pass with programmatic stream
 // serialization), and the pass waits for this grid's writes before its first read. The early launch
-// hides the pass's launch latency behind the last wave (H200, 16-bit 64 x 1M: 34.6 -> 33.7 us).
-// Both instructions are no-ops for launches made without that attribute.
+// hides the pass's launch latency behind the last wave (docs/measurements.md). Both instructions
+// are no-ops for launches made without that attribute.
 __device__ __forceinline__ void allow_dependents() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -122,11 +123,9 @@ __device__ __forceinline__ void rows(const T* x, T* out, float2* partials, long 
 
 // Chunks: one block per (row, chunk) item, item = row * splits + split, the grid every item; its
 // partial goes to partials[item] (row-major: [row][split]). When chunks tile every row exactly
-// (cols == splits * chunk) a chunk starts at item * chunk: no division before the first load. The
-// 64-bit division it replaces sat on a uniform-datapath chain ahead of every block's loads, and
-// with 6 short blocks per SM slot it cost 1.3 us of 34 (H200, 16-bit 64 x 1M; an ablation of this
-// kernel against a bare probe, benchmarks/probe_logsumexp_ablation.py). Ragged rows still divide.
-// Its exponent is one FFMA for every storage type (fewer registers: 5 resident blocks per SM).
+// (cols == splits * chunk) a chunk starts at item * chunk: no division before the first load (a
+// 64-bit division there sat on a chain ahead of every block's loads: docs/measurements.md). Ragged
+// rows still divide. Its exponent is one FFMA for every storage type (fewer registers).
 template <typename T, int VEC, int UNROLL>
 __device__ __forceinline__ void chunks(const T* x, T* out, float2* partials, long long n_rows, long long cols,
                                        long long chunk, long long splits) {
@@ -158,11 +157,8 @@ __device__ __forceinline__ void chunks(const T* x, T* out, float2* partials, lon
 
 // Row blocks: one block of TB threads per row, the grid every row: no loop over items and no
 // division ahead of the loads (a row starts at blockIdx.x * cols). At TB = 128 and at most 64
-// registers, 8 blocks fit an SM, so 1024 rows are resident at once: 16-bit 1024 x 32768 in one
-// wave, where the 256-thread kernels (45-53 registers, 4-5 blocks per SM) run 1.55-1.94 waves of
-// 64 KB blocks (H200, benchmarks/probe_logsumexp_one_wave.py: 18.3-18.6 us against 19.3-19.5).
-// TB = 256 has fewer registers than the grid-stride and chunks kernels (36 for float32: 6 blocks
-// per SM; float32 4096 x 4096: 17.2-17.3 us against 17.5). FFMA exponents for every storage type.
+// registers, 8 blocks fit an SM, so 1024 rows are resident at once (one wave where the 256-thread
+// kernels run nearly two: docs/measurements.md). FFMA exponents for every storage type.
 template <typename T, int VEC, int TB, int UNROLL>
 __device__ __forceinline__ void row_block(const T* x, T* out, long long cols) {
   __shared__ Partial warp_partials[TB / 32];
@@ -232,9 +228,8 @@ __device__ __forceinline__ void columns(const T* x, T* out, float2* partials, lo
 // the columns (16 bytes each), TB / IX along R; lanes of a warp that share columns merge by
 // shuffles, then a warp per column merges the warps' partials from shared memory. Float32 dim 0 of
 // 4096 x 4096 at W = 32 columns (128 bytes a row) and TB = 1024 is 128 blocks, one wave of one block
-// per SM: 18.8 us against 19.8 us for the split columns kernel and its merge pass (H200,
-// benchmarks/probe_logsumexp_column_strips.py; a pure read of the same walk takes 17.3 us). The
-// 16-bit forms of it were slower than the split kernels there, so only float32 has one.
+// per SM, with no merge pass; its 16-bit forms were slower than the split kernels, so only float32
+// has one (docs/measurements.md).
 template <typename T, int VEC, int IX, int TB, int UNROLL>
 __device__ __forceinline__ void column_strip(const T* x, T* out, long long R, long long inner) {
   constexpr int W = IX * VEC, WARPS = TB / 32, RY = TB / IX;
@@ -297,11 +292,9 @@ __device__ __forceinline__ void column_strip(const T* x, T* out, long long R, lo
 
 // The second pass of a split reduction: out[j] merges the splits' partials of result j, at
 // partials[j * result_stride + k * split_stride] for k < splits (split-major for rows and columns,
-// row-major for chunks). Each lane keeps 4 loads in flight: a load-then-merge loop over 1024
-// splits cost ~5 us (H200), and before that a serial loop over 256 splits by one thread ~20 us.
-// Merges go through shuffle trees, not a thread's serial loop: a thread per result (16 loads in
-// flight, 16 blocks for 4096 results) was slower than a warp per result, 2.7 against 2.2 us for
-// 4096 x 8 splits and 3.5 against 1.4 us for 64 x 16 (H200).
+// row-major for chunks). Each lane keeps 4 loads in flight, and merges go through shuffle trees,
+// not a thread's serial loop: both were measured faster than the alternatives
+// (docs/measurements.md).
 template <int THREADS>
 __device__ __forceinline__ Partial merge_splits(const float2* q, long long splits, long long split_stride, int lane) {
   Partial total{-TUNEKIT_INF, 0.0f};

@@ -1,6 +1,7 @@
 // The online (max, sum) fold of logsumexp and its merges, shared by every layout of logsumexp.cu
 // (rows, row blocks, chunks, columns, column strips, the merge passes) and by the probes built on it
 // (benchmarks/probe_logsumexp_*.py). Inlined into each source by tunekit.backends.nvrtc.source.
+#pragma once
 #include "convert.cuh"
 #include "fastmath.cuh"
 
