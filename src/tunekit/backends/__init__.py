@@ -1,1 +1,4 @@
-"""Backends that turn kernel sources into candidates: ``nvrtc`` (CUDA C)."""
+"""What turns kernel sources into launches: ``nvrtc`` (CUDA C compile and cubin cache), ``cuda``
+(module loading and launches), ``triton`` (Triton kernels at run time), and the C / C++ host-side
+extensions (``fast_launch``, ``fast_call``) with their shared pieces (``driver``, ``device``,
+``cache``, ``extension``)."""

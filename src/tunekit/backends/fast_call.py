@@ -2,19 +2,19 @@
 (tunekit/tunable/fast_path.py), and ``Launcher``, a CUDA C kernel's runner (allocation and launch).
 
 Why C++ against libtorch, not C: on a cached call of a small op host time is the whole cost, and
-issue 3's bar is torch's own ``F.silu`` (~5 us per call on an H200 host). Building the cache key
-reads six facts of the tensor. A C version of ``FastCall`` read them through torch's Python
-accessors, and a cached ``tunekit.silu`` stayed 0.16-0.36 us above ``F.silu`` on H200 hosts; read
-from the ``at::Tensor``, the lookup costs 0.15 us over the runner and the call is 0.69 us below. The runner likewise allocates with ``at::empty_like`` and launches without a
-Python frame between them.
+the bar is torch's own ``F.silu`` on the same tensor. Building the cache key reads six facts of the
+tensor; read through torch's Python accessors (all a C extension has) they keep a cached call's
+host time above ``F.silu``'s, while from the ``at::Tensor`` they are plain field reads. The runner
+likewise allocates with ``at::empty_like`` and launches without a Python frame between them. The
+host times: ``docs/measurements.md`` (host time of a cached call).
 
 Built at first use like the C launch extension (:mod:`tunekit.backends.extension`), with the C++
 compiler (``$CXX``, else ``c++`` / ``g++`` / ``clang++``), torch's headers and libraries, and keyed by
-torch's version and ABI too (~15 s the first time on a machine, on the 2-core CI machine; cached
-after that). It needs no CUDA headers: CI builds and tests it on the CPU (the
-launch through a stand-in driver entry point). If it cannot be built, or ``TUNEKIT_FAST_CALL=0``,
-:func:`load` returns None, :func:`unavailable` says why, and the Python fast path and runners are
-used instead: the same results, more host time.
+torch's version and ABI too (~15 s the first time on a 2-core machine; cached after that). It
+needs no CUDA headers: CI builds and tests it on the CPU (the launch through a stand-in driver entry
+point). If it cannot be built, or ``TUNEKIT_FAST_CALL=0``, :func:`load` returns None,
+:func:`unavailable` says why, and the Python fast path and runners are used instead: the same
+results, more host time.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def _flags() -> tuple[str, ...]:
     """Compiler flags for libtorch: the include and library directories of the torch imported here.
 
     Why not ``torch.utils.cpp_extension.include_paths()``: importing ``cpp_extension`` (setuptools
-    and friends) cost 0.17 s in every fresh process on an H200 host, even with the extension built,
-    and offline tuning pays it again in every worker. The directories are fixed parts of torch's
-    install, the same two ``cpp_extension`` names for a CPU or CUDA build."""
+    and friends) costs a noticeable fraction of a second in every fresh process, even with the
+    extension built, and offline tuning pays it again in every worker. The directories are fixed
+    parts of torch's install, the same two ``cpp_extension`` names for a CPU or CUDA build."""
     root = os.path.dirname(torch.__file__)
     include = os.path.join(root, "include")
     lib = os.path.join(root, "lib")

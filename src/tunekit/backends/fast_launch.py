@@ -1,15 +1,16 @@
 """The host side of a kernel launch, kept short: a ~60-line CPython extension (``fast_launch.c``)
 that packs the arguments and calls the driver's ``cuLaunchKernel`` directly.
 
-Why: on a cached signature most of a small op's time is host time, and the issue's bar is torch's
-own ``F.silu`` (~5 us per call on an H200 host). Measured there (benchmarks/launch_overhead.py):
-the driver call through cuda-bindings costs ~2.8-3.0 us with everything pre-built and ~3.8 us with
-the argument packing done in Python; a ctypes call was slower still (3.3 us). A METH_FASTCALL C
-function leaves only the driver's own cost.
+Why: on a cached signature most of a small op's time is host time, and the bar is torch's own
+``F.silu`` on the same tensor. The driver call through cuda-bindings pays for Python-level argument
+objects on every call, more again with the argument packing done in Python, and a ctypes call
+more still; a METH_FASTCALL C function leaves only the driver's own cost. The host time of each
+path (``benchmarks/suites/launch_overhead.py``): ``docs/measurements.md``.
 
 The extension is compiled at first use (:mod:`tunekit.backends.extension`: the system C compiler,
-``$CC`` else ``cc`` / ``gcc`` / ``clang``, and Python's headers, cached next to the cubins). Nothing here needs CUDA headers or a GPU, so CI builds
-and tests it (through a stand-in entry point with cuLaunchKernel's signature).
+``$CC`` else ``cc`` / ``gcc`` / ``clang``, and Python's headers, cached next to the cubins). Nothing
+here needs CUDA headers or a GPU, so CI builds and tests it (through a stand-in entry point with
+cuLaunchKernel's signature).
 
 If it cannot be built (no compiler, no Python headers) or ``TUNEKIT_FAST_LAUNCH=0``, :func:`load`
 returns None, :func:`unavailable` says why, and kernels launch through cuda-bindings instead:

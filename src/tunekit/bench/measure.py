@@ -101,7 +101,7 @@ def copy_bandwidth(device: torch.device, nbytes: int | None = None, *, repeats: 
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
     # Eager launches, not a graph: a captured device-to-device copy becomes a memcpy node that may run
-    # on a copy engine, slower than the kernel eager copy_ uses (seen on an H200: 2.7 vs 4.2 TB/s).
+    # on a copy engine, slower than the kernel eager copy_ uses (docs/measurements.md).
     ms, _ = time_callable(lambda: dst.copy_(src), device, repeats=repeats, graph=False, target_ms=5.0)
     return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 

@@ -1,8 +1,8 @@
 """Benchmark reports: a folder with a Markdown report and PNG plots, from a run or from saved JSON.
 
 - ``tunekit bench [--ops ...] [--dtypes ...] [--out DIR] [--quick]`` runs the suites of
-  :mod:`tunekit.bench.suites` (the same code as ``benchmarks/activations.py`` and
-  ``benchmarks/logsumexp.py``, so the same method: CUDA-graph replay, L2-cold rotated inputs,
+  :mod:`tunekit.bench.suites` (the same code as ``benchmarks/suites/activations.py`` and
+  ``benchmarks/suites/logsumexp.py``, so the same method: CUDA-graph replay, L2-cold rotated inputs,
   medians, head-to-head timing, the copy bandwidth measured in the same run) and writes
   ``report.md``, one plot per op / direction / dtype, an overview plot per suite, and each suite's
   full tables (``<suite>.md``) and raw numbers (``<suite>.json``, the scripts' format).

@@ -1,1 +1,1 @@
-"""Kernel sources, one folder per backend (``cuda/*.cu``)."""
+"""Kernel sources, one folder per backend (``cuda/*.cu`` and ``*.cuh``, ``triton/*.py``)."""

@@ -4,8 +4,8 @@ Why processes, not threads: tuning times kernels, and every worker needs its own
 its own Python interpreter so that one GPU's host work (compiling, launching, synchronising) never
 queues behind another's. Workers start by ``fork`` when this process has not initialised CUDA yet
 (Linux): a forked worker has torch and tunekit imported already and only creates its own CUDA
-context, ~0.5 s instead of the ~3 s a ``spawn``ed interpreter took on an H200 host (import torch,
-tunekit, CUDA, first kernel loads: longer than tuning 40 signatures, measured). Otherwise (CUDA
+context, where a ``spawn``ed interpreter imports torch and tunekit, initialises CUDA and loads its
+first kernels again: seconds, longer than tuning a few dozen signatures takes. Otherwise (CUDA
 already initialised here: a forked CUDA context is unusable) they start with ``spawn``. The GPU
 model check and this process's own CUDA work wait until the workers are started. A process whose
 CUDA *driver* was initialised without torch's own initialisation (``torch.cuda.is_available()``
@@ -15,8 +15,8 @@ replaced by spawned ones (the spawn cost, nothing worse).
 How work is shared: there is no plan. Every worker (and, by default, this process on the first
 GPU, so no device idles while workers import torch) repeatedly claims the next free record from
 the store (``tunekit/offline/claims.py``: one SQLite write transaction per claim), tunes it with
-:func:`tunekit.offline.recorded.process` and writes its entry to the same file. Fast workers simply take
-more. A worker that dies leaves a claim whose owner process is gone: the others retake it, and
+:func:`tunekit.offline.recorded.process` and writes its entry to the same file. Fast workers simply
+take more. A worker that dies leaves a claim whose owner process is gone: the others retake it, and
 after every worker has exited this process sweeps what is left, so a run ends with every record
 that can be tuned tuned. On a machine without GPUs (tests) ``gpus=None`` runs ``workers`` CPU
 workers on the CPU.
@@ -130,8 +130,8 @@ def tune_parallel(store_path, gpus: list[int] | None = None, *, workers: int | N
     first worker (on ``gpus[0]``) instead of spawning it. ``initializer(index)``: called first in
     every spawned worker (a picklable callable; tests use it to register ops or to kill a worker).
     ``progress(done, total, label)`` runs here, fed by every worker. The other keywords are
-    :func:`tunekit.offline.recorded.tune_recorded`'s. The GPUs must all be of one model (their records share
-    a device name); the summary's ``workers`` lists each worker's counts and exit code.
+    :func:`tunekit.offline.recorded.tune_recorded`'s. The GPUs must all be of one model (their records
+    share a device name); the summary's ``workers`` lists each worker's counts and exit code.
     ``start_method``: "fork" or "spawn" (default: see the module docstring).
     """
     start = time.perf_counter()

@@ -2,16 +2,18 @@
 
 Why this matters: offline tuning on N GPUs runs N processes, and each pays its own start (S)
 before tuning anything; two GPUs take about S + W/2 against one GPU's S + W, so S bounds the
-speed-up more than anything inside tuning does. Measured on a 2 x H200 host
-(``benchmarks/offline_start.py``), a worker's start was ~1 s, of which:
+speed-up more than anything inside tuning does. Two parts of S are paid less here:
 
-- CUDA initialisation with every GPU of the host visible: 0.53-0.60 s in a fresh process, against
-  0.33 s with one GPU visible. A worker uses one GPU, so it makes only that one visible
-  (:func:`visible_devices`), before CUDA is initialised in it.
-- Triton's cache key (``triton_key()``: a SHA-256 of Triton's sources and its ~0.5 GB library),
-  0.27-0.37 s, needed before the first Triton kernel is found in the cache. It is hashed on a
-  thread while the main thread initialises CUDA (:func:`prepare`); hashing releases the GIL.
-  Measured alone: 0.37 s + 0.53 s in sequence, 0.79 s overlapped.
+- CUDA initialisation takes longer with every GPU of the host visible than with one. A worker uses
+  one GPU, so it makes only that one visible (:func:`visible_devices`), before CUDA is initialised
+  in it.
+- Triton's cache key (``triton_key()``: a SHA-256 of Triton's sources and its ~0.5 GB library) is
+  needed before the first Triton kernel is found in the cache. It is hashed on a thread while the
+  main thread creates the CUDA context (:func:`prepare`): hashing releases the GIL, and so does the
+  driver-API context creation, where torch's own CUDA initialisation holds it.
+
+The phases of a worker's start, as measured (``benchmarks/checks/offline_start.py``):
+``docs/measurements.md``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ Resumable: an entry is written as soon as its signature is tuned, and the untune
 removed only after that, so a kill (Ctrl-C, SIGKILL, a crash) loses at most the signature being
 tuned; a new run skips every record that now has a complete, valid entry. Records are taken through
 claims (``claims.py``), so several processes may tune one store at once
-(:func:`tunekit.offline.parallel.tune_parallel`: one worker per GPU) and a dead worker's item is retaken.
+(:func:`tunekit.offline.parallel.tune_parallel`: one worker per GPU) and a dead worker's item is
+retaken.
 
 Files of records: ``files.py``. One signature's tuning: ``tune_one.py``.
 """

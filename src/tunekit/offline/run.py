@@ -3,7 +3,7 @@ sharded over the ranks of a torchrun job, as the arguments and the environment s
 
 Why one entry point: the CLI (and scripts) should not have to know which of
 :func:`tunekit.offline.recorded.tune_recorded`, :func:`tunekit.offline.parallel.tune_parallel` and
-:func:`tunekit.distributed.tune_recorded_sharded` applies; the rules are here, once.
+:func:`tunekit.offline.distributed.tune_recorded_sharded` applies; the rules are here, once.
 """
 
 from __future__ import annotations

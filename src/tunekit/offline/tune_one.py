@@ -24,8 +24,8 @@ from ..tunable.tunable_op import TUNING_LOCK
 __all__ = ["ATTEMPTS", "default_device", "on_device", "offline_settings", "warm_candidates", "tune_params",
            "entry_problems"]
 
-#: tuning runs per signature until one completes. First-use compilation no longer needs a retry
-#: (:func:`tune_params` warms every candidate outside the budget first); it stays as a safety net,
+#: tuning runs per signature until one completes. First-use compilation needs no retry
+#: (:func:`tune_params` warms every candidate outside the budget first); the retry is a safety net,
 #: free when the first attempt completes, for one-off costs warm-up may not cover (a process's first
 #: CUDA-graph capture, allocator growth for the L2-sized input sets) and stalls from other processes
 ATTEMPTS = 2
@@ -52,15 +52,15 @@ def warm_candidates(op, params: OpParams) -> list[str]:
 
     Why: a candidate's first run in a process pays its first-use costs (NVRTC cubin load, Triton JIT
     or disk-cache load), which :func:`find_fastest` counts in its budget: right online, where the
-    caller's first call pays them anyway, but offline, in fresh worker processes, 1-2 of 40
-    signatures on 2 H200s ran out of the 50 ms default that way. Warming is per (candidate, compiled
+    caller's first call pays them anyway, but offline, in fresh worker processes, they can exceed a
+    short budget (the 50 ms default) on their own. Warming is per (candidate, compiled
     specialisation): running on the signature's own params compiles exactly what is then timed.
     Runs go through :func:`make_trial`, as in find_fastest: fresh NaN-filled outputs, copies of the
     inputs written, so ``params``' tensors are never written.
 
     The default's output is also compared with itself, as find_fastest's numerical check will
     compare every candidate's with it: the check's first run in a process loads torch's kernels for
-    it (0.1 s on an H200), which made the first signature of each fresh worker overrun its budget.
+    it, a one-off cost that would otherwise fall on the first signature of each fresh worker.
 
     Warming decides nothing: an error is swallowed, and find_fastest runs that candidate again and
     rejects it with its reason (or, for the default, raises it). Out of memory propagates, as there.

@@ -1,4 +1,5 @@
-"""Candidate: one calling interface for every implementation of an op (the seed's type-erased ``Op``).
+"""Candidate: one calling interface for every implementation of an op (ONNX Runtime TunableOp's
+type-erased ``Op``).
 
 A candidate has a ``name``, ``supports(params) -> None | str`` (None when it can run these inputs,
 otherwise the reason it cannot: dtype, alignment, size, missing backend, no GPU), ``run(params)``

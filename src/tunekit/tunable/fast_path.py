@@ -18,7 +18,7 @@ Why: on a cached call of a small op host time is the whole cost, and the bar is 
 :func:`python_fast_call` is these steps in Python, the runtime's own. The same steps in C++
 (``FastCall`` of ``tunekit/backends/fast_call.cpp``, which reads the tensor's fields from the
 ``at::Tensor``) are what the ops inject where the extension builds
-(:func:`tunekit.backends.fast_call.make_fast_call`); ``benchmarks/dispatch_overhead.py`` measures
+(:func:`tunekit.backends.fast_call.make_fast_call`); ``benchmarks/suites/dispatch_overhead.py`` measures
 both against torch's call.
 """
 

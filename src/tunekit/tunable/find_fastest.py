@@ -8,8 +8,8 @@ compilation (a candidate's first run), numerical checks, probes and timed runs:
 2. Timing. Inputs are copied into enough sets to overflow the GPU's L2, and each measurement runs
    over all of them, so every run reads cold inputs. A *probe* (one measurement each) drops
    candidates slower than ``prune_ratio`` x the fastest: long-tail candidates cost one probe, not a
-   full schedule (the seed's "tuning speed" question). Then rounds: in each round every survivor is
-   measured once, in an order rotated from round to round, so drift hits all alike (the seed's
+   full schedule (ONNX Runtime TunableOp's "tuning speed" question). Then rounds: in each round every
+   survivor is measured once, in an order rotated from round to round, so drift hits all alike (its
    "noisy machine" question); as many rounds as the remaining budget allows, at least
    ``MIN_ROUNDS``. The median of the rounds is the candidate's time.
 
@@ -20,7 +20,7 @@ compilation (a candidate's first run), numerical checks, probes and timed runs:
    (:class:`~tunekit.tunable.timing.CudaQueuedTimer`, nvbench's "blocking kernel"). Either way
    launch cost and host jitter stay out of the number: plain events around eager launches measure
    the host's launch rate whenever a kernel is shorter than its launch, which ranks candidates by
-   launch cost (part of the seed's "noisy timings" question).
+   launch cost (part of the "noisy machine" question).
 3. Choice: the fastest, except that the default keeps its place unless the challenger is faster by
    more than ``margin``: a tuned op is never slower than an untuned one by more than noise. On
    CUDA, candidates tied with the choice on device time are then compared on host time

@@ -6,8 +6,8 @@ of different backends take the same device time while their launches cost differ
 Triton launch, torch's dispatcher, tunekit's C launcher), and an eager caller of a small op waits
 on the host. When the device is the bottleneck, host time is hidden and device time alone decides.
 A tie is confirmed by a head-to-head re-measure of the two with longer measurements before host
-time may break it (short measurements saw ties that longer ones put 1.5-3% apart:
-``benchmarks/results/tie_break_check-*``).
+time may break it: a single pass over the input sets is too short to tell a tie from a difference
+of a few percent (``benchmarks/results/tie_break_check-*``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ HOST_TIE = 0.01
 #: a tied candidate replaces the choice only if its host time per call is below this fraction of the choice's
 HOST_GAIN = 0.9
 #: the choice counts as host-bound when a call's host time is at least this multiple of its device
-#: time: near parity the GPU queue absorbs host-time differences, and ties broken there measured
-#: slower than the default in longer runs
+#: time: near parity the GPU queue absorbs host-time differences, so a tie broken there buys no
+#: host time and may cost device time
 HOST_BOUND = 1.5
 #: measurement pairs of the head-to-head that must confirm a device-time tie before host time may
 #: break it (at least MIN_PAIRS of them, the rest as the budget allows)

@@ -6,9 +6,8 @@
   start event, every timed run and the end event; when it ends, the GPU runs them back to back, so
   the interval between the events is device time only. Plain events around eager launches
   (:class:`CudaEventTimer`, ``queued=False``) measure the host's launch rate whenever a kernel takes
-  less device time than its launch takes host time: for 4 MB elementwise kernels (1-2 us on the
-  device, 5-7 us to launch) they ranked candidates by launch cost and picked one 3% slower on the
-  device (H200).
+  less device time than its launch takes host time (small elementwise kernels: a few us on the
+  device, more than that to launch), and then rank candidates by launch cost, not device time.
 - CUDA, ``graph=True``: events around the replay of a CUDA graph of the runs (:class:`CudaGraphTimer`):
   also device time only, at the price of one capture per candidate.
 
@@ -301,9 +300,10 @@ class CudaQueuedTimer(Timer):
 class CudaGraphTimer(CudaQueuedTimer):
     """Captures ``fn`` x ``reps`` once into a CUDA graph, then times its replays with events.
     ``measure`` (tuning's one-shot probes) is the queued timer's: device time without a capture.
-    Measured on an H200 (silu, float16, 1M elements, 12 candidates): back-to-back eager launches
-    run ~1 us apart where a graph's run ~0.1 us apart, so queued times read 1.2-1.3x graph times
-    for such short kernels, and tuning with graphs finished in 24 ms where queued took 94."""
+    Back-to-back eager launches run about a microsecond apart where a graph's kernels run about a
+    tenth of that apart, so for kernels of a few microseconds queued times include a sizeable gap
+    that graph times leave out, and a graph replay costs less wall time per timed run
+    (``benchmarks/results/tuning_timer_check-*``)."""
 
     def prepare(self, fn, reps):
         graph = torch.cuda.CUDAGraph()

@@ -1,7 +1,7 @@
 """Activation ops (silu, gelu, gelu-tanh; forward and backward): every tunekit candidate, the tuned
 choice, torch eager and ``torch.compile``, against the copy bandwidth, all in one run.
 
-Used by ``benchmarks/activations.py`` and ``tunekit bench``. ``run`` returns the raw numbers (the
+Used by ``benchmarks/suites/activations.py`` and ``tunekit bench``. ``run`` returns the raw numbers (the
 JSON the script writes), ``render`` the Markdown made from them.
 
 Why the method is what it is:
@@ -17,7 +17,7 @@ Why the method is what it is:
   are then timed head to head (:func:`~tunekit.bench.suites.common.head_to_head`): on the same
   buffers, in rounds that rotate their order, median of the rounds.
 - The 1 GiB copy bandwidth (``copy_bandwidth``, eager launches) is measured at the start and at the
-  end of the run, so drift shows; it is the headline ceiling (the issue's targets are % of it). The
+  end of the run, so drift shows; it is the headline ceiling (the targets are % of it). The
   same-size ``out.copy_(x)`` is a second ceiling, the faster of eager launches (launch-bound below
   a few MB) and a graph replay (a memcpy node, which may run on a slower copy engine).
 - torch.compile (``dynamic=False``) compiles ``out.copy_(f(x))``, which Inductor fuses into one
@@ -159,7 +159,7 @@ def measure_shape(case, op, dtype, shape, device, repeats, graph, compiled, comp
 
 def run(*, cases: list[str], dtypes: list[str], shapes: list[tuple[int, ...]], device: torch.device,
         repeats: int = 15, compile: bool = True, tuning_ms: float = 3000.0, args: dict | None = None,
-        command: str = "python benchmarks/activations.py", progress=None) -> dict:
+        command: str = "python benchmarks/suites/activations.py", progress=None) -> dict:
     """Measure every case x dtype x shape; returns the raw numbers (the script's JSON). ``progress``
     (:mod:`~tunekit.bench.suites.progress`) gets a note for the copy bandwidth and a step per row."""
     progress = progress or LogLines()
@@ -291,7 +291,7 @@ def render(raw: dict) -> str:
     big = "1 GiB" if graph else "256 MiB"
     drift = 100 * (bw_end / bw_start - 1)
     info = raw["versions"]
-    command = raw.get("command", "python benchmarks/activations.py")
+    command = raw.get("command", "python benchmarks/suites/activations.py")
     head = [f"# Activations: {raw['device']} ({raw['date'][:10]})", "",
             (f"torch {info['torch']}, CUDA {info['cuda']}, triton {info['triton']}; `{command}`; "
              f"{raw['args']['repeats']} repeats, {timing_label('cuda' if graph else 'cpu')}; "

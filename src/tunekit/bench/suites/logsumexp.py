@@ -1,7 +1,7 @@
-"""logsumexp forward and backward over the issue's shapes: every candidate, the tuned choice, torch
-eager and torch.compile, checked against the issue's targets, all in one run.
+"""logsumexp forward and backward over the benchmark's shapes (``SHAPES``): every candidate, the
+tuned choice, torch eager and torch.compile, checked against the targets (``TARGETS``), all in one run.
 
-Used by ``benchmarks/logsumexp.py`` and ``tunekit bench``: ``run`` returns the raw numbers (the JSON
+Used by ``benchmarks/suites/logsumexp.py`` and ``tunekit bench``: ``run`` returns the raw numbers (the JSON
 the script writes), ``render`` the Markdown made from them.
 
 Method, as :mod:`tunekit.bench.suites.activations` (whose docstring has the longer reasons):
@@ -47,7 +47,7 @@ QUICK_SHAPES = [((64, 64), -1), ((16, 1024), -1), ((64, 64), 0)]
 BIG_INPUT = 32 * 2**20            # bandwidth targets apply to inputs of at least this many bytes
 COPY_PCT = {"fwd": 90.0, "bwd": 85.0}
 EAGER_SPEEDUP, EAGER_DTYPES = 5.0, ("float16", "bfloat16")
-# key: (direction, column title, description); "extra" targets are shown but are not the issue's
+# key: (direction, column title, description); "extra" targets are shown but not counted as targets
 TARGETS = {
     "fwd_copy": ("fwd", "fwd % copy", f"forward tuned >= {COPY_PCT['fwd']:.0f}% of the copy bandwidth (input >= 32 MiB)"),
     "fwd_eager": ("fwd", "fwd x eager", f"forward tuned >= {EAGER_SPEEDUP:.0f}x torch eager (float16, bfloat16)"),
@@ -210,7 +210,7 @@ def measure_row(direction, shape, dim, dname, device, compiled, *, repeats: int 
 def run(*, dtypes: list[str], shapes: list[tuple[tuple[int, ...], int]], device: torch.device,
         directions: tuple[str, ...] = ("fwd", "bwd"), repeats: int = 10, compile: bool = True,
         tuning_ms: float = 2000.0, shape_budget: float = 40.0, time_limit: float | None = 420.0, args: dict | None = None,
-        command: str = "python benchmarks/logsumexp.py", progress=None, on_row=None) -> dict:
+        command: str = "python benchmarks/suites/logsumexp.py", progress=None, on_row=None) -> dict:
     """Measure every dtype x shape x direction; returns the raw numbers (the script's JSON: the run's
     facts, ``final`` and ``rows``). No new row starts after ``time_limit`` seconds (None: no limit);
     rows not reached are listed in ``not_measured``. ``on_row(raw)`` gets the partial result after

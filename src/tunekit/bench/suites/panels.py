@@ -2,7 +2,7 @@
 one :class:`Point` per measured shape, GB/s per contender. No matplotlib here, so the extraction is
 tested on any machine and the plotting code only draws.
 
-Three sources are read: ``benchmarks/activations.py`` / ``tunekit bench`` activations files
+Three sources are read: ``benchmarks/suites/activations.py`` / ``tunekit bench`` activations files
 (``"results"``), logsumexp files (``"rows"``) and ``tunekit explore --json`` output (one dict or a
 list of them, with ``"candidates"``). Bandwidth is bytes moved over time, so every contender of one
 point is scaled by the same bytes; the same-size copy moves its own bytes (``copy_bytes``).
@@ -112,7 +112,7 @@ def activations_panels(raw: dict) -> list[Panel]:
 
 
 def logsumexp_panels(raw: dict) -> list[Panel]:
-    """One panel per direction and dtype; points in the run's order (the issue's shapes go from short
+    """One panel per direction and dtype; points in the run's order (the suite's shapes go from short
     rows to long ones, which says more than sorting by size)."""
     groups: dict[tuple[str, str], Panel] = {}
     timing = _timing(raw, raw.get("args", {}).get("repeats"))

@@ -23,7 +23,7 @@ struct ColumnTile {
   }
 
   // Separate from the constructor so a kernel computes them where it uses them (the gradient after
-  // its early exit: ptxas then keeps the same code as before this helper existed).
+  // its early exit, so threads past the last column skip that arithmetic).
   __device__ __forceinline__ long long begin(long long chunk) const { return split * chunk; }
   __device__ __forceinline__ long long end(long long R, long long chunk) const {
     return split * chunk + chunk < R ? split * chunk + chunk : R;

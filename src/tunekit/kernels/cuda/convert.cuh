@@ -23,7 +23,7 @@ struct alignas(sizeof(T) * VEC) Pack {
 // A pack stored as one vector access. NVVM scalarises a pack built element by element and merges
 // the stores again only where it can prove their alignment itself; it cannot when the offset comes
 // from a runtime division (logsumexp_backward.cu's flat and columns forms: 4 x STG.E per float4, 8 x
-// STG.E.U16 per half x 8 in SASS, a 3x slower kernel), and neither a vector type nor
+// STG.E.U16 per half x 8 in SASS, a kernel several times slower), and neither a vector type nor
 // __builtin_assume_aligned changed that. So 16- and 8-byte packs are stored by PTX. Callers
 // guarantee the alignment, as they do for the loads.
 template <typename T, int VEC>

@@ -1,8 +1,8 @@
 // Shared by the elementwise kernels (silu.cu, gelu.cu): storage conversions and the two ways of
 // walking an array, for ops of one input (forward: y = f(x)) or two (backward: dx = f(dy, x)).
 //
-// Rules every kernel built on this keeps (the seeds' snippets broke each of them):
-// - math in fp32 for every storage type (the seeds' fp16 hexp/tanh paths lose accuracy or overflow);
+// Rules every kernel built on this keeps (naive elementwise kernels tend to break each of them):
+// - math in fp32 for every storage type (fp16 hexp / tanh paths lose accuracy or overflow);
 // - any element count: a pack that would cross n falls back to scalar loads and stores, so nothing
 //   is read or written past n and every element is written;
 // - 64-bit indexing (tensors over 2^31 elements work);
@@ -12,13 +12,14 @@
 //
 // Forms:
 // - map_consecutive<VEC, LOADS>: thread t handles LOADS consecutive packs of VEC elements (the
-//   seeds' forms: f16x8 is four half2 packs, f16x8_pack one 16-byte pack). One tile per block.
+//   classic forms: f16x8 is four half2 packs, f16x8_pack one 16-byte pack). One tile per block.
 // - map_strided<VEC, UNROLL>: a block's tile is UNROLL * blockDim packs; thread t handles packs
 //   t, t + blockDim, ... so every load instruction of a warp is one contiguous 512-byte run, and
 //   all UNROLL loads are issued before the first use (more bytes in flight per thread). Tiles are
 //   walked grid-stride, so the host may launch one block per tile or a persistent grid.
 // VEC * sizeof(T) is the width of one access; the host checks pointer alignment for it.
-// (inlined into each .cu by tunekit.backends.nvrtc.source, so no include guard is needed)
+// (inlined into each .cu by tunekit.backends.nvrtc.source, each header once; #pragma once does
+// the same for plain nvcc)
 #pragma once
 #include "convert.cuh"
 #include "fastmath.cuh"
@@ -129,9 +130,10 @@ __device__ __forceinline__ void map_strided(const Arrays<T, NIN>& a, const Op& o
   }
 
 // The forms every elementwise op instantiates, per storage type; the host side lists the same
-// names (ops/_shared/cuda_elementwise.py reads FORMS from it). `prefix` is e.g. silu, silu_backward, gelu_tanh. `Op32`
-// computes float32 storage, `OpF16` float16 and `OpBF16` bfloat16 storage (see fast_sigmoid below
-// for why they may differ from Op32, and fast_normal_tail for why the two 16-bit types may differ).
+// names (ops/_shared/cuda_elementwise.py reads FORMS from it). `prefix` is e.g. silu,
+// silu_backward, gelu_tanh. `Op32` computes float32 storage, `OpF16` float16 and `OpBF16` bfloat16
+// storage (see fast_sigmoid below for why they may differ from Op32, and fast_normal_tail for why
+// the two 16-bit types may differ).
 #define TUNEKIT_FORMS(DEF, prefix, Op32, OpF16, OpBF16)                                        \
   DEF(prefix##_f32, float, Op32, map_consecutive, 1, 1)                                        \
   DEF(prefix##_f32x4, float, Op32, map_consecutive, 4, 1)                                      \
@@ -154,7 +156,8 @@ namespace tunekit {
 
 // Fast fp32 building blocks for 16-bit storage. At 2 bytes per element the accurate libm forms
 // (expf, erff, tanhf, IEEE division: tens of instructions each) make the kernels compute-bound:
-// measured on an H200, fp16 GELU(erf) reached 70-78% of copy bandwidth and fp32 GELU 98%. These
+// the 16-bit GELU(erf) kernels built on them fall well short of the copy bandwidth that the fp32
+// ones, with twice the bytes per element, reach (docs/measurements.md). These
 // approximations err by ~1e-6 relative, hundreds of times below fp16's (4.9e-4) and bf16's (3.9e-3)
 // rounding, so the stored results are those of the accurate forms up to a last-bit tie.
 __device__ __forceinline__ float fast_exp(float v) { return fast_exp2(v * 1.44269504088896340736f); }

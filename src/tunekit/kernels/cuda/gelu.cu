@@ -1,8 +1,8 @@
 // gelu(x) in both of torch's forms and their gradients, in every form of elementwise.cuh.
 //   "none": 0.5 x (1 + erf(x / sqrt 2))
 //   "tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-// All math in fp32 with the accurate erff/tanhf/expf (the seed's half-precision tanh built from
-// exp overflowed to NaN for x > ~4); no clamping of the input. The formulas follow PyTorch's
+// All math in fp32 with the accurate erff/tanhf/expf (a half-precision tanh built from exp
+// overflows to NaN for x > ~4); no clamping of the input. The formulas follow PyTorch's
 // kernels term by term, so results agree within fp32 rounding and special values match.
 #include "elementwise.cuh"
 

@@ -10,11 +10,11 @@
 // - columns (inner > 1, e.g. dim 0 of a matrix): a block is IX threads along inner (VEC adjacent
 //   columns each, so they read one contiguous run) by 256 / IX along R; a column's partials merge
 //   in shared memory. IX = 32, or 8 for the narrow form: 8 x 16 bytes is still one whole 128-byte
-//   line per row, a block spans 4x fewer columns (inner = 128 in 16-bit no longer idles half the
-//   block) and 4x more rows, so fewer R splits are needed to fill the GPU. The input is read in
-//   place, never transposed. splits > 1 cuts R, and
-//   logsumexp_combine merges the chunks' partials (a warp per result; _wide: a block per result,
-//   for many splits). Column strips (float32): a block per 32 columns over all of R, no split.
+//   line per row, a block spans 4x fewer columns (inner = 128 in 16-bit fills the block, where
+//   IX = 32 idles half of it) and 4x more rows, so fewer R splits are needed to fill the GPU. The
+//   input is read in place, never transposed. splits > 1 cuts R, and logsumexp_combine merges the
+//   chunks' partials (a warp per result; _wide: a block per result, for many splits). Column strips
+//   (float32): a block per 32 columns over all of R, no split.
 //
 // Speed: each thread loads UNROLL packs of VEC elements before using any (bytes in flight), takes
 // their max first, then rescales its sum once per tile and adds independent exp2 terms: one MUFU
@@ -292,8 +292,8 @@ __device__ __forceinline__ void column_strip(const T* x, T* out, long long R, lo
 
 // The second pass of a split reduction: out[j] merges the splits' partials of result j, at
 // partials[j * result_stride + k * split_stride] for k < splits (split-major for rows and columns,
-// row-major for chunks). Each lane keeps 4 loads in flight, and merges go through shuffle trees,
-// not a thread's serial loop: both were measured faster than the alternatives
+// row-major for chunks). Each lane keeps 4 loads in flight (a load-then-merge loop waits on every
+// load), and merges go through shuffle trees, not one thread's serial chain of dependent merges
 // (docs/measurements.md).
 template <int THREADS>
 __device__ __forceinline__ Partial merge_splits(const float2* q, long long splits, long long split_stride, int lane) {

@@ -119,8 +119,8 @@ __device__ __forceinline__ void columns_backward(const T* dy, const T* x, const 
 // Flat: block b covers elements [t * TILE, (t + 1) * TILE) of slice o = b / tiles; each thread
 // loads its PACKS packs (BLOCK x VEC elements apart) before using any. One 64-bit division per
 // block; per pack, rows (inner = 1) need nothing more, columns one 32-bit modulo (a mask for a
-// power-of-two inner size; the host declines inner >= 2^31) and a VEC-wide load each of dy and lse (inner % VEC == 0, so a pack never crosses
-// a slice or a row of dy).
+// power-of-two inner size; the host declines inner >= 2^31) and a VEC-wide load each of dy and lse
+// (inner % VEC == 0, so a pack never crosses a slice or a row of dy).
 template <typename T, int VEC, int PACKS>
 __device__ __forceinline__ void flat_backward(const T* dy, const T* x, const T* lse, T* dx, long long slice,
                                               long long inner, long long tiles) {

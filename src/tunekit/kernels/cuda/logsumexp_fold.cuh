@@ -1,6 +1,7 @@
 // The online (max, sum) fold of logsumexp and its merges, shared by every layout of logsumexp.cu
 // (rows, row blocks, chunks, columns, column strips, the merge passes) and by the probes built on it
-// (benchmarks/probe_logsumexp_*.py). Inlined into each source by tunekit.backends.nvrtc.source.
+// (benchmarks/experiments/probe_logsumexp_*.py). Inlined into each source by
+// tunekit.backends.nvrtc.source.
 #pragma once
 #include "convert.cuh"
 #include "fastmath.cuh"
@@ -29,12 +30,12 @@ __device__ __forceinline__ float scaled_exp(float x, float shift) { return fast_
 // Fold N values into p: one rescale for all N. FUSED (fp32 storage): exp(x - shift) as
 // exp2(x * log2(e) - shift * log2(e)), one FFMA per element instead of FADD + FMUL (as flash
 // attention computes it); the product's rounding moves an exponent by at most an ulp of
-// shift * log2(e), ~1e-7 relative in the result. Measured on an H200: f32 split rows 94.4 -> 97.1%
-// and 92.2 -> 95.3% of copy. Not for 16-bit storage in the grid-stride kernels: there the same
-// change (48 registers instead of 53) let ptxas interleave the tile's loads with the math, and
-// split rows fell 84.6 -> 81.6%. The chunks kernel uses it (45-48 registers; not timed without it).
-// No branch for +inf (an earlier form switched to a NaN-only mode): with it the fold's loop
-// carried a reconvergence barrier and was 1.6% slower (H200, 16-bit chunks).
+// shift * log2(e), ~1e-7 relative in the result; it frees registers and instructions in the
+// float32 kernels. Not for 16-bit storage in the grid-stride kernels: there the fewer registers let
+// ptxas interleave the tile's loads with the math instead of issuing them all first, which costs
+// more than the instructions save. The chunks and row-block kernels use it for every storage type.
+// No branch for +inf: a branch in the loop carries a reconvergence barrier on every tile. The
+// measurements: docs/measurements.md.
 template <bool FUSED, int N>
 __device__ __forceinline__ void fold(Partial& p, const float (&v)[N]) {
   float tile_max = v[0];
@@ -83,8 +84,8 @@ __device__ __forceinline__ Partial group_reduce(Partial p) {
 }
 
 // A block's partial, valid in thread 0 (a block of 32 x WARPS threads): warps merge by shuffles,
-// then warp 0 merges the warps' partials in log2(WARPS) more (with a serial loop in thread 0 the
-// 16-bit chunks kernel was 3% slower, H200). Reuses `scratch`: a caller that reduces again must
+// then warp 0 merges the warps' partials in log2(WARPS) more (a serial loop in thread 0 holds the
+// block's slot for WARPS dependent merges). Reuses `scratch`: a caller that reduces again must
 // sync first.
 template <int WARPS>
 __device__ __forceinline__ Partial block_reduce(Partial p, Partial (&scratch)[WARPS]) {

@@ -1,5 +1,5 @@
-// silu(x) = x * sigmoid(x) and its gradient, in every form of elementwise.cuh (the seeds' f32,
-// f32x4, f16, f16x2, f16x8, f16x8_pack, the same in bf16, and strided multi-pack forms).
+// silu(x) = x * sigmoid(x) and its gradient, in every form of elementwise.cuh (f32, f32x4, f16,
+// f16x2, f16x8, f16x8_pack, the same in bf16, and strided multi-pack forms).
 #include "elementwise.cuh"
 
 // expf, not __expf: the fast intrinsic's error grows with |x| (about 1e-5 relative near x = -80).

@@ -1,1 +1,1 @@
-"""Triton kernels (``activations.py``), imported only when a Triton candidate first runs."""
+"""Triton kernels, one module per op family, imported only when a Triton candidate first runs."""

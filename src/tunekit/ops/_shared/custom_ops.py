@@ -8,10 +8,11 @@ and strides: no data, no tuning), and the compiled graph calls its real implemen
 which is the very call eager code makes: the same choice cache, the same results store, tuning on
 the first *run* of a new signature, never while tracing.
 
-Why eager calls do not go through them. Crossing the dispatcher into a Python custom op costs 7 to
-10 us a call, several times tunekit's whole cached path. The public functions keep their direct path
-and hand over to the custom op only while ``torch.compiler.is_compiling()`` (one test at the top of
-each; Dynamo inlines the handover into the graph).
+Why eager calls do not go through them. Crossing the dispatcher into a Python custom op costs
+several times tunekit's whole cached path in host time (``docs/measurements.md``). The public
+functions keep their direct path and hand over to the custom op only while
+``torch.compiler.is_compiling()`` (one test at the top of each; Dynamo inlines the handover into
+the graph).
 
 Layouts: a custom op's real implementation must return exactly the strides its fake one promises,
 so :func:`like_x` and :func:`contiguous` copy when a candidate returned another layout (only torch's

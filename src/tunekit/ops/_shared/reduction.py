@@ -7,7 +7,8 @@ is *columns* (dim 0 of a matrix), read in place. Anything else (strided views, n
 empty reductions) runs the op's default.
 
 A thread (or a Triton lane) never sums more than ``MAX_TERMS`` terms: an fp32 running sum starts to
-absorb small terms past ~2^13 (a warp per row of 16M elements failed the numerical check).
+absorb small terms past ~2^13 of them, so a long row summed by few threads (a warp per row of 16M
+elements) drifts outside the numerical check's tolerance.
 """
 
 from __future__ import annotations

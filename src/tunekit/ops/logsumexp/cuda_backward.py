@@ -26,8 +26,8 @@ class CudaRowsBackward(CudaRows):
 
     def run(self, p):
         out = p.out if p.out is not None else p.new_outputs()["out"]
-        # measured on an H200 (64 x 1M float32): items for ~1.3 waves of resident blocks ran at 77%
-        # of copy bandwidth; more, smaller items shrink the partial last wave
+        # items for ~1.3 waves of resident blocks leave most SMs idle in the second wave; more, smaller
+        # items shrink that partial last wave (no merge pass pays for them here)
         index, grid, rows, cols, chunk, splits = self._work(p, split={"min_tiles": 4, "waves": 8})
         self.kernel.launch(index, grid, BLOCK, p.dy, p.x, p.lse, out, rows, cols, chunk, splits)
         return out
@@ -51,10 +51,10 @@ class CudaColumnsBackward(CudaColumns):
 class CudaFlatBackward(CudaReduction):
     """``dx = dy * exp(x - lse)`` as the elementwise op it is: every slice (R x inner contiguous
     elements of one outer index) cut into tiles of BLOCK x vec x ``packs`` elements, one block per
-    tile, each thread ``packs`` vector loads in flight: the activations' layout, which reaches 95%
-    of the copy bandwidth where the rows and columns forms (a chunk of R per thread, in a loop)
-    reached 80-85% on an H200 (``benchmarks/results/logsumexp_backward_stores-<device>.md`` has
-    both, after ``store_pack``)."""
+    tile, each thread ``packs`` vector loads in flight: the activations' layout, with every load of
+    a thread issued at once and no loop, where the rows and columns forms walk a chunk of R per
+    thread in a loop and keep fewer bytes in flight
+    (``benchmarks/results/logsumexp_backward_stores-<device>.md`` compares them)."""
 
     inputs = ("dy", "x", "lse")
 

@@ -43,10 +43,10 @@ def split_chunk(length: int, parallel: int, sms: int, *, threads: int, tile: int
                 waves: int = 1) -> tuple[int, int]:
     """(chunk, splits) cutting ``length`` so ``parallel`` x splits work items give every SM about
     ``waves`` x BLOCKS_PER_SM blocks (more, smaller items shrink the last partial wave where no
-    merge pass has to pay for them: the gradient), yet each chunk holds at least ``min_tiles`` whole ``tile``s (a block's
-    fixed costs, and the partials a split writes, stay small next to its reads) and no thread sums
-    more than MAX_TERMS terms (``threads`` threads share a chunk). Chunks are whole tiles, so vector
-    loads stay aligned."""
+    merge pass has to pay for them: the gradient), yet each chunk holds at least ``min_tiles`` whole
+    ``tile``s (a block's fixed costs, and the partials a split writes, stay small next to its reads)
+    and no thread sums more than MAX_TERMS terms (``threads`` threads share a chunk). Chunks are
+    whole tiles, so vector loads stay aligned."""
     want = min(ceil_div(sms * BLOCKS_PER_SM * waves, parallel), max(1, length // (tile * min_tiles)))
     need = ceil_div(length, threads * MAX_TERMS)
     splits = max(1, min(max(want, need), ceil_div(length, tile)))

@@ -85,8 +85,8 @@ class CudaRows(CudaReduction):
 class CudaRowBlock(CudaReduction):
     """Rows (inner = 1), one block of ``threads`` threads per row and the grid every row: no loop
     and no division ahead of the loads, nothing to merge. 128 threads at 8 blocks per SM keep
-    1024 rows resident at once (one wave where the 256-thread forms need two); ``logsumexp.cu``
-    has the measurements."""
+    1024 rows resident at once (one wave where the 256-thread forms need two); the measurements
+    are in ``docs/measurements.md``."""
 
     def __init__(self, name: str, dtype: torch.dtype, *, vec: int, threads: int):
         super().__init__(name, "logsumexp.cu", name, dtype, vec=vec, unroll=4)
@@ -159,8 +159,8 @@ class CudaColumns(CudaReduction):
 class CudaColumnStrip(CudaReduction):
     """Columns (inner > 1), float32: a block of ``threads`` threads per strip of ``ix`` x ``vec``
     adjacent columns of one outer slice, over all of R, so no split and no merge pass
-    (``logsumexp.cu``, ``column_strip``, has the measurements). Declined where a thread would sum
-    more than MAX_TERMS terms of a column."""
+    (``logsumexp.cu``'s ``column_strip``; measurements in ``docs/measurements.md``). Declined where
+    a thread would sum more than MAX_TERMS terms of a column."""
 
     def __init__(self, name: str, dtype: torch.dtype, *, vec: int, ix: int, threads: int):
         super().__init__(name, "logsumexp.cu", name, dtype, vec=vec, unroll=4)

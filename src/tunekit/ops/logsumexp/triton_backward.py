@@ -41,8 +41,8 @@ class TritonBackwardColumns(TritonRows):
 class TritonBackwardFlat(TritonRows):
     """The gradient over any layout as an elementwise op (what torch.compile generates): program
     ``o * tiles + t`` computes ``block`` contiguous elements of slice ``o`` (R x inner elements),
-    dy and lse gathered per element (from L1/L2). The rows and columns kernels loop over R; on 32 MiB
-    and larger inputs they stay at 80-85% of the copy bandwidth (H200). Declined on slices shorter
+    dy and lse gathered per element (from L1/L2). The rows and columns kernels loop over R, which
+    keeps fewer loads in flight on large inputs (``docs/measurements.md``). Declined on slices shorter
     than a sixteenth of a tile (mostly idle programs: the rows kernels take them)."""
 
     kernel_function = "logsumexp_backward_flat_kernel"
