@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+from ...tunable.dtypes import BY_NAME, KERNEL_DTYPES
 from ...tunable.timing import make_timer
 
 __all__ = [
@@ -28,7 +29,8 @@ __all__ = [
     "timing_label",
 ]
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: the dtypes the suites measure, by name (the kernels' storage types)
+DTYPES = {name: dtype for name, dtype in BY_NAME.items() if dtype in KERNEL_DTYPES}
 
 
 def log(msg: str) -> None:
