@@ -27,7 +27,6 @@ from typing import Callable
 import torch
 
 from .entries import CandidateRecord
-from .numerics import compare
 from .params import OpParams, make_trial, output_tensors, trial_outputs
 from .timing import l2_cache_bytes
 
@@ -80,9 +79,10 @@ def reference(op, params: OpParams) -> tuple[OpParams, tuple[torch.Tensor, ...]]
     return base, outputs
 
 
-def check(candidate, trial: OpParams, expected, tol, numerical_check: bool = True,
+def check(candidate, trial: OpParams, expected, agree: Callable[[tuple, tuple], str | None] | None,
           seen: Callable[[str, tuple], None] | None = None) -> CandidateRecord | None:
-    """Run ``candidate`` once on ``trial``; a rejection record, or None when it passes.
+    """Run ``candidate`` once on ``trial``; a rejection record, or None when it passes. ``agree(got,
+    expected)`` is the op's numerical check (:meth:`TunableOp.numerics`; None: no check).
     ``seen(name, outputs)`` is shown the outputs of a run that did not raise."""
     try:
         result = candidate.run(trial)
@@ -97,11 +97,10 @@ def check(candidate, trial: OpParams, expected, tol, numerical_check: bool = Tru
     given = trial_outputs(trial)
     if len(got) != len(given) or any(g.data_ptr() != t.data_ptr() for g, t in zip(got, given)):
         return CandidateRecord("error", reason="returned a tensor other than the outputs it was given")
-    if numerical_check:
-        for g, r in zip(got, expected):
-            problem = compare(g, r, tol)
-            if problem:
-                return CandidateRecord("numerics", reason=problem)
+    if agree is not None:
+        problem = agree(got, expected)
+        if problem:
+            return CandidateRecord("numerics", reason=problem)
     return None
 
 
@@ -143,13 +142,13 @@ def screen(op, params: OpParams, *, numerical_check: bool = True, budget: Budget
     base, expected = reference(op, params)
     if seen is not None:
         seen(op.default.name, expected)
-    tol = op.tolerance(params)
+    agree = op.numerics(params) if numerical_check else None
     passed = [op.default]
     for c in supported:
         if over():
             records[c.name] = CandidateRecord("skipped", reason=skipped)
             continue
-        rejected = check(c, make_trial(params), expected, tol, numerical_check, seen)
+        rejected = check(c, make_trial(params), expected, agree, seen)
         if rejected:
             records[c.name] = rejected
         else:

@@ -32,7 +32,7 @@ from . import context, fast_path, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
 from .find_fastest import find_fastest
-from .numerics import tolerance
+from .numerics import compare, tolerance
 from .params import OpParams
 from .entries import Entry
 from .stores import results_store
@@ -80,6 +80,7 @@ class TunableOp:
     def __init__(self, name: str, params_type: type[OpParams], *, make_params: Callable[..., OpParams] | None = None,
                  make_example: Callable[..., OpParams] | None = None,
                  tolerance: Callable[[OpParams], tuple[float, float]] | None = None,
+                 numerics: Callable[[OpParams, tuple, tuple], str | None] | None = None,
                  fast_calls: Callable[[dict], Callable] = fast_path.python_fast_call):
         self.name = name
         self.params_type = params_type
@@ -88,6 +89,7 @@ class TunableOp:
         #: builds params on fresh random inputs: ``make_example(shape, dtype, device)`` (CLI, benchmarks)
         self.make_example = make_example
         self._tolerance = tolerance
+        self._numerics = numerics
         #: host clock for tuning budgets and CPU timings (tests inject a fake one)
         self.clock = time.perf_counter
         self.candidates: list = []
@@ -134,6 +136,23 @@ class TunableOp:
         if self._tolerance is not None:
             return self._tolerance(params)
         return tolerance(getattr(params, params.inputs[0]).dtype)
+
+    def numerics(self, params: OpParams) -> Callable[[tuple, tuple], str | None]:
+        """The numerical check for ``params``: ``check(outputs, expected)`` -> None when a candidate's
+        outputs agree with the default's, else why not. By default :func:`numerics.compare` of each
+        output with the op's :meth:`tolerance`; an op may give its own rule (``numerics=``, e.g. a
+        GEMM bound that grows with K, against a reference of its own)."""
+        if self._numerics is not None:
+            return lambda got, expected: self._numerics(params, got, expected)
+        tol = self.tolerance(params)
+
+        def check(got, expected):
+            for g, r in zip(got, expected):
+                problem = compare(g, r, tol)
+                if problem:
+                    return problem
+            return None
+        return check
 
     def forget(self) -> None:
         """Drop in-memory choices (stored results stay)."""
