@@ -31,11 +31,16 @@ class TuningSettings:
     tuning: bool = True
     #: Use results already in the store (False ignores them: every new signature is tuned again).
     use_stored: bool = True
-    #: Wall-clock budget of one signature's tuning, in ms: support checks, compilation, numerical
-    #: checks, probes and timed runs all count. Past it, tuning stops and the entry is marked incomplete.
-    #: Offline tuning (``tunekit tune``) runs every candidate once before it, outside the budget, so
-    #: there first-use compilation does not count.
-    max_tuning_ms: float = 50.0
+    #: Budget of one signature's tuning work, in ms of the calling thread's wall clock, over all the
+    #: calls that share it: support checks, numerical checks, probes and timed runs count; kernels
+    #: compiling on the background thread do not (``tunable/session.py``). Past it, the best choice
+    #: the evidence allows is final for this process and the entry is marked incomplete (the next
+    #: process that tunes resumes it). Offline tuning (``tunekit tune``) uses it per signature.
+    max_tuning_ms: float = 200.0
+    #: The most tuning work one call does, in ms: a new signature's tuning is spread over its first
+    #: calls, each running the best candidate known so far. A value >= ``max_tuning_ms`` tunes in
+    #: the first call, as one blocking step.
+    tuning_step_ms: float = 20.0
     #: Compare every candidate's output with the default's before timing it.
     numerical_check: bool = True
     #: Results store: a path to an SQLite file, ":memory:", or None for the per-user default path.
@@ -55,6 +60,8 @@ class TuningSettings:
     def __post_init__(self):
         if self.max_tuning_ms <= 0:
             raise ValueError(f"max_tuning_ms must be > 0, got {self.max_tuning_ms}")
+        if not self.tuning_step_ms > 0:
+            raise ValueError(f"tuning_step_ms must be > 0, got {self.tuning_step_ms}")
         if not 0.0 <= self.margin < 1.0:
             raise ValueError(f"margin must be in [0, 1), got {self.margin}")
         if self.prune_ratio < 1.0:
