@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tunekit.backends import fast_call
+from tunekit.tunable import context
 from tunekit.tunable import TunableOp, current, fast_path, tuning
 from tunekit.tunable.host_time import cached_call
 from tunekit.tunable.params import make_trial
@@ -26,6 +27,14 @@ class FastScaleParams(ScaleParams):
     def fast_form(self):
         return self.out is None and self.x.is_contiguous()
 
+
+
+@pytest.fixture(autouse=True)
+def tune_in_one_call(monkeypatch):
+    """These tests are about the cache and the store: each signature is tuned in its first call
+    (tests/tunable/test_session.py covers tuning spread over calls)."""
+    monkeypatch.setenv("TUNEKIT_TUNING_STEP_MS", "inf")
+    context.reload_environment()
 
 def make_fast_op(costs, implementation="native"):
     """Candidates computing 2x at the given fake costs; each offers a runner that logs its calls."""

@@ -7,11 +7,20 @@ import pytest
 import torch
 
 import tunekit
+from tunekit.tunable import context
 from tunekit.tunable import explain, results_store, tuning
 from tunekit.tunable import tunable_op as tunable_op_module
 
 from fakes import FakeClock, ScaleParams, make_op
 
+
+
+@pytest.fixture(autouse=True)
+def tune_in_one_call(monkeypatch):
+    """These tests are about the cache and the store: each signature is tuned in its first call
+    (tests/tunable/test_session.py covers tuning spread over calls)."""
+    monkeypatch.setenv("TUNEKIT_TUNING_STEP_MS", "inf")
+    context.reload_environment()
 
 def fresh_op(costs=None, **kw):
     clock = FakeClock()
@@ -166,14 +175,14 @@ def test_out_buffer_is_written_once_with_the_right_values():
 
 def test_concurrent_first_calls_tune_once(monkeypatch):
     calls = []
-    real = tunable_op_module.find_fastest
+    real = tunable_op_module.TuningSession
 
     def counting(*args, **kwargs):
         calls.append(1)
         time.sleep(0.05)  # widen the race window
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tunable_op_module, "find_fastest", counting)
+    monkeypatch.setattr(tunable_op_module, "TuningSession", counting)
     op = fresh_op()
     x = torch.randn(100)
     barrier = threading.Barrier(8)

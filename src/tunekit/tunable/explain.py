@@ -1,8 +1,8 @@
 """``tunekit.explain(op, *args, **kwargs)``: for these inputs, which candidate runs and why, and why
 every other candidate does not (unsupported / numerics / slower, with its time).
 
-It resolves the call exactly as the call would, tuning on proxies if the settings say so, but never
-runs the op on the caller's tensors.
+It resolves the call exactly as the call would, tuning on proxies if the settings say so (and
+completing a tuning that is spread over calls), but never runs the op on the caller's tensors.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def explain(op, *args, **kwargs) -> Explanation:
         raise TypeError(f"op {op.name!r} cannot build params from arguments")
     params = op.make_params(*args, **kwargs)
     settings = context.current()
-    r = op.resolve(params, settings)
+    r = op.resolve(params, settings, finish=True)  # a tuning in progress is completed first
     signature = r.signature or params.signature()
     records = r.entry.candidates if r.entry is not None else {}
     rows = {}

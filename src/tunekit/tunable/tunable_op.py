@@ -20,18 +20,19 @@ one signature tune once, and tuning runs never overlap each other's timings):
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
 from . import context, fast_path, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
-from .find_fastest import find_fastest
+from .session import TuningSession
 from .numerics import compare, tolerance
 from .params import OpParams
 from .entries import Entry
@@ -60,6 +61,20 @@ def use_decider(decider):
 def current_decider():
     """The decider :func:`use_decider` set, or None."""
     return _decider
+
+
+#: device types whose signatures are tuned and stored; others run the default
+TUNED_DEVICES = ("cpu", "cuda")
+
+
+class _SessionContext(NamedTuple):
+    """What storing a session's entry needs, fixed when the session starts."""
+
+    signature: str
+    device_name: str
+    store: object
+    current: dict
+    stale: str
 
 
 @dataclass
@@ -100,6 +115,8 @@ class TunableOp:
         self._decided: dict[tuple, dict[str, Resolution]] = {}
         # settings.cache_id -> {cache_key: runner}: the choices that have a runner (fast form only)
         self._runners: dict[tuple, dict] = {}
+        # (settings.cache_id, signature) -> the TuningSession of a signature being tuned over calls
+        self._sessions: dict[tuple, TuningSession] = {}
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
         self.call = self._make_call()
         #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py):
@@ -160,6 +177,7 @@ class TunableOp:
             self._choices.clear()
             self._decided.clear()
             self._runners.clear()
+            self._sessions.clear()
 
     # -- calling --------------------------------------------------------------------------------
     def __call__(self, params: OpParams):
@@ -211,35 +229,44 @@ class TunableOp:
                 self._fast_call_made = True
                 self.fast_call = self._fast_calls(self._runners)
 
-    def resolve(self, params: OpParams, s: context.TuningSettings | None = None) -> Resolution:
-        """Decide which candidate runs ``params`` (tuning if the settings allow it)."""
+    def resolve(self, params: OpParams, s: context.TuningSettings | None = None, *, finish: bool = False) -> Resolution:
+        """Decide which candidate runs ``params`` (tuning if the settings allow it). A new signature's
+        tuning is a session spread over its first calls; ``finish`` completes it in this call."""
         s = s or context.current()
         if self.default is None:
             raise RuntimeError(f"op {self.name!r} has no default candidate")
         if not s.enabled:
             return Resolution(self.default, "tunekit is disabled (tuning(enabled=False)): the default runs", "", "")
+        device = params.device
+        if device.type not in TUNED_DEVICES:  # meta, mps, xla, ...: nothing to time, nothing to store
+            return Resolution(self.default, f"{device.type} tensors run the default (only CPU and CUDA are tuned)",
+                              "", device.type)
         with TUNING_LOCK:
             signature = params.signature()
-            device = params.device
             name = validators.device_name(device)
             decided = self._decided.setdefault(s.cache_id, {})
             known = decided.get(signature)
             if known is not None:
                 return known
-            decider = _decider
-            r = (decider(self, params, s, signature, device, name) if decider is not None
-                 else self.decide_here(params, s, signature, device, name))
+            session = self._sessions.get((s.cache_id, signature))
+            if session is not None:
+                r = self._advance(session, params, s, finish)
+            elif _decider is not None:
+                r = _decider(self, params, s, signature, device, name)
+            else:
+                r = self.decide_here(params, s, signature, device, name, incremental=not finish)
             if r.cache:
                 decided[signature] = r
             return r
 
-    def decide_here(self, params, s, signature, device, device_name) -> Resolution:
+    def decide_here(self, params, s, signature, device, device_name, *, incremental: bool = True) -> Resolution:
         """Decide a signature met for the first time, in this process: a valid stored entry, else
-        tuning (when the settings allow it and no graph is being captured), else the default."""
+        tuning (when the settings allow it and no graph is being captured), else the default.
+        ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         store = results_store(s.results)
         current = validators.validators_for(device, self.candidates)
-        stale = ""
+        stale, prior = "", None
         entry = store.get(self.name, signature, device_name) if s.use_stored else None
         if entry is not None:
             problems = validators.mismatches(entry.validators, current)
@@ -249,6 +276,7 @@ class TunableOp:
                 how = "stored result" if entry.complete else "stored result (incomplete tuning)"
                 return Resolution(self._by_name[entry.choice], how, signature, device_name, entry)
             stale = "; ".join(problems) if problems else "stored entry is incomplete"
+            prior = None if problems else self._by_name[entry.choice]  # what runs while tuning resumes
         if capturing or not s.tuning:
             if s.record_untuned:
                 try:
@@ -259,15 +287,37 @@ class TunableOp:
             if stale:
                 why += f" (stored entry ignored: {stale})"
             return Resolution(self.default, why + ": the default runs", signature, device_name, cache=not capturing)
-        return self._tune(params, s, signature, device, device_name, store, current, stale)
+        session = TuningSession(self, params, s, clock=self.clock, background=incremental, incumbent=prior)
+        session.context = _SessionContext(signature, device_name, store, current, stale)
+        if incremental:
+            self._sessions[(s.cache_id, signature)] = session
+        return self._advance(session, params, s, finish=not incremental)
 
-    def _tune(self, params, s, signature, device, device_name, store, current, stale) -> Resolution:
+    def _advance(self, session, params, s, finish: bool) -> Resolution:
+        """One call's share of ``session`` (all of it with ``finish``); its resolution for this call."""
+        ctx = session.context
+        if params.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return Resolution(session.incumbent, "tuning in progress (paused: a CUDA graph is being captured)",
+                              ctx.signature, ctx.device_name, cache=False)
         try:
-            report = find_fastest(self, params, s, clock=self.clock)
-        except torch.cuda.OutOfMemoryError as exc:
-            warnings.warn(f"tunekit: out of memory while tuning {self.name} {signature}; the default runs "
+            done = session.advance(math.inf if finish else s.tuning_step_ms)
+        except BaseException as exc:
+            self._sessions.pop((s.cache_id, ctx.signature), None)  # a session that raised cannot resume
+            if not isinstance(exc, torch.cuda.OutOfMemoryError):
+                raise
+            warnings.warn(f"tunekit: out of memory while tuning {self.name} {ctx.signature}; the default runs "
                           f"({exc})", TunekitWarning, stacklevel=5)
-            return Resolution(self.default, "tuning ran out of memory: the default runs", signature, device_name)
+            return Resolution(self.default, "tuning ran out of memory: the default runs", ctx.signature,
+                              ctx.device_name)
+        if not done:
+            return Resolution(session.incumbent, f"tuning in progress ({session.checked} candidates checked so far):"
+                              f" {session.incumbent.name} runs meanwhile", ctx.signature, ctx.device_name, cache=False)
+        self._sessions.pop((s.cache_id, ctx.signature), None)
+        return self._store(session.report, params, s, ctx)
+
+    def _store(self, report, params, s, ctx) -> Resolution:
+        """Store a finished session's entry (and record it for offline tuning when incomplete)."""
+        signature, device_name, store, current, stale = ctx
         entry = Entry(op=self.name, signature=signature, device=device_name, choice=report.choice,
                       complete=report.complete, validators=current, candidates=report.candidates,
                       tuned_at=time.time(), tuning_ms=report.tuning_ms)

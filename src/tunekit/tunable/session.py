@@ -1,0 +1,329 @@
+"""A signature's tuning as a session that can be spread over the calls that meet it.
+
+:func:`~tunekit.tunable.find_fastest.find_fastest`'s work (screening, probes, pruning, timed rounds,
+the choice) is written here once, as a generator that yields at every natural boundary: after a
+candidate's check, after a probe, after a round. :meth:`TuningSession.advance` runs it for at most
+one call's share of time (``tuning_step_ms``) and returns; the next call resumes where it stopped.
+Meanwhile every call runs the **incumbent**: the default, until a challenger that passed the
+numerical check probes decisively faster (:data:`DECISIVE`), then that challenger. Why:
+
+- A first call must not stall: compiling a candidate's kernel (NVRTC, Triton) takes 0.1-1 s. With
+  ``background``, candidates that have a ``prepare(params)`` method (the expensive first-use work:
+  compile and load, never a launch) are prepared on a worker thread, and a check waits for its
+  candidate's preparation only as long as the current call's share allows.
+- A budget spent before the timed rounds must not freeze the default when the evidence is already
+  clear: a checked challenger whose probe is several times faster is no noise. After the budget,
+  the choice is the incumbent (or, with complete rounds, the margin rule's winner), and the entry
+  is stored incomplete so the next process resumes it.
+
+The session owns copies of the inputs (the caller's tensors may change between calls), the input
+sets that keep timed runs cold in L2, and each candidate's captured measurement; it drops them when
+it ends. Budget: ``max_tuning_ms`` of the calling thread's time inside :meth:`advance`, waits for
+background preparation excluded (they cost the call's share, not the budget).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .context import TuningSettings
+from .entries import CandidateRecord
+from .host_time import prefer_less_host_time
+from .params import OpParams, make_trial
+from .screen import check, input_sets, reference, supports
+from .timing import Timer, make_timer
+
+__all__ = ["TuningSession", "TuningReport", "WorkBudget", "DECISIVE", "MIN_ROUNDS", "MAX_ROUNDS"]
+
+MIN_ROUNDS = 3
+MAX_ROUNDS = 25
+#: a challenger replaces the incumbent on a single probe only when it takes at most 1/DECISIVE of
+#: the incumbent's time: far outside the few percent one measurement of device time varies by
+DECISIVE = 1.25
+_WAIT = object()  # yielded when every remaining check waits for a background preparation
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _preparer() -> ThreadPoolExecutor:
+    """One worker thread for every op's preparations: compiles run one at a time, off the caller's thread."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunekit-prepare")
+    return _pool
+
+
+@dataclass
+class TuningReport:
+    choice: str
+    complete: bool
+    candidates: dict[str, CandidateRecord] = field(default_factory=dict)
+    tuning_ms: float = 0.0
+
+
+class WorkBudget:
+    """``ms`` of work on ``clock``, counted only between :meth:`resume` and :meth:`pause` (the
+    session's time inside calls), with the interface of :class:`~tunekit.tunable.screen.Budget`."""
+
+    def __init__(self, ms: float, clock: Callable[[], float]):
+        self.clock, self.total_ms, self.spent = clock, ms, 0.0
+        self._since: float | None = None
+
+    def resume(self) -> None:
+        self._since = self.clock()
+
+    def pause(self) -> None:
+        if self._since is not None:
+            self.spent += self.clock() - self._since
+            self._since = None
+
+    def spent_ms(self) -> float:
+        running = self.clock() - self._since if self._since is not None else 0.0
+        return (self.spent + running) * 1e3
+
+    def left_ms(self) -> float:
+        return self.total_ms - self.spent_ms()
+
+
+class TuningSession:
+    """One signature's tuning (see the module docstring). ``incumbent``: what calls run until the
+    session decides; ``report``: the :class:`TuningReport` once :meth:`advance` returned True."""
+
+    def __init__(self, op, params: OpParams, settings: TuningSettings, *, clock: Callable[[], float],
+                 timer: Timer | None = None, background: bool = False, incumbent=None):
+        self.op, self.settings, self.clock, self.timer = op, settings, clock, timer
+        self.injected_timer = timer is not None
+        self.budget = WorkBudget(settings.max_tuning_ms, clock)
+        # own copies of the inputs when tuning spans calls (the caller may change its tensors)
+        self.trial = make_trial(params, copy_inputs=background)
+        # the caller's layout on the session's tensors: outputs the caller left to the op stay None
+        self.like_call = self.trial.replace(**{n: None for n in params.outputs if getattr(params, n) is None})
+        self.background = background
+        self.records: dict[str, CandidateRecord] = {}
+        self.incumbent = incumbent if incumbent is not None else op.default
+        self.report: TuningReport | None = None
+        self.checked = 0
+        self._futures: dict[str, Future] = {}
+        self._steps = self._work()
+        self.waited_ms = 0.0
+
+    # -- driving --------------------------------------------------------------------------------
+    def advance(self, step_ms: float) -> bool:
+        """Do at most ``step_ms`` of this call's time of tuning work; True once the session decided."""
+        if self.report is not None:
+            return True
+        end = self.clock() + step_ms / 1e3
+        self.budget.resume()
+        try:
+            while self.clock() < end:
+                if next(self._steps, None) is _WAIT and not self._wait(end, step_ms):
+                    return False
+                if self.report is not None:
+                    return True
+        finally:
+            self.budget.pause()
+        return False
+
+    def run(self) -> TuningReport:
+        """The whole session in this call (find_fastest)."""
+        self.advance(math.inf)
+        return self.report
+
+    def _wait(self, end: float, step_ms: float) -> bool:
+        """Wait for the first pending preparation within the call's share; False when it is still running."""
+        pending = [f for f in self._futures.values() if not f.done()]
+        if not pending:
+            return True
+        self.budget.pause()
+        start = self.clock()
+        try:
+            timeout = None if step_ms == math.inf else max(0.0, end - self.clock())
+            pending[0].exception(timeout=timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.waited_ms += (self.clock() - start) * 1e3
+            self.budget.resume()
+
+    # -- the work -----------------------------------------------------------------------------------
+    def _work(self):
+        # long: the whole tuning as one generator, so the steps read in order; each phase is a method
+        op, s = self.op, self.settings
+        supported = self._screen_support()
+        base, expected = reference(op, self.trial)
+        self.base = base
+        self.agree = op.numerics(self.trial) if s.numerical_check else None
+        yield
+        survivors = [op.default]
+        self.probe: dict[str, float] = {}
+        self.sets = input_sets(self.like_call, base)
+        self.timer = self.timer or make_timer(base.device, graph=s.cuda_graph, clock=self.clock)
+        if len(supported):
+            self.probe[op.default.name] = self._measure(op.default)
+            yield
+        yield from self._check_all(supported, expected, survivors)
+        if len(survivors) == 1:
+            self.records[op.default.name] = CandidateRecord("chosen", reason="the only candidate that can run")
+            self._finish(op.default.name, self._screened())
+            return
+        timed = self._prune(survivors)
+        times, rounds = yield from self._rounds(timed)
+        self._decide(survivors, times, rounds >= MIN_ROUNDS)
+
+    def _screen_support(self):
+        """Candidates that can run these params (records for the rest); their preparation starts."""
+        supported = []
+        for c in self.op.candidates:
+            if c is self.op.default:
+                continue
+            why = supports(c, self.trial)
+            if why:
+                self.records[c.name] = CandidateRecord("unsupported", reason=why)
+                continue
+            supported.append(c)
+            prepare = getattr(c, "prepare", None)
+            if self.background and prepare is not None:
+                self._futures[c.name] = _preparer().submit(prepare, self.trial)
+        return supported
+
+    def _check_all(self, supported, expected, survivors):
+        """Each candidate checked, then probed, as its preparation allows; a decisive one becomes the incumbent."""
+        pending = list(supported)
+        while pending:
+            c = next((c for c in pending if c.name not in self._futures or self._futures[c.name].done()), None)
+            if c is None:
+                yield _WAIT
+                continue
+            pending.remove(c)
+            if self.budget.left_ms() <= 0:
+                self.records[c.name] = CandidateRecord("skipped", reason="tuning budget exhausted")
+                continue
+            rejected = check(c, make_trial(self.trial), expected, self.agree)
+            self.checked += 1
+            if rejected:
+                self.records[c.name] = rejected
+                yield
+                continue
+            survivors.append(c)
+            yield
+            # a check is worth its probe: the pair is one piece of work (the budget gates the next check)
+            self.probe[c.name] = self._measure(c)
+            if self.probe[c.name] * DECISIVE <= self.probe.get(self.incumbent.name, math.inf):
+                self.incumbent = c
+            yield
+
+    def _measure(self, c, reps: int = 1) -> float:
+        return self.timer.measure(self._runner(c), reps) / len(self.sets)
+
+    def _runner(self, c):
+        run, sets = c.run, self.sets
+
+        def run_all():
+            for p in sets:
+                run(p)
+        return run_all
+
+    def _prune(self, survivors) -> list:
+        """Survivors within ``prune_ratio`` of the fastest probe (the default always stays)."""
+        probed = {c.name: self.probe[c.name] for c in survivors if c.name in self.probe}
+        fastest = min(probed.values()) if probed else 0.0
+        timed = [self.op.default]
+        for c in survivors[1:]:
+            t = probed.get(c.name)
+            if t is None:
+                self.records[c.name] = CandidateRecord("skipped", reason="tuning budget exhausted")
+            elif t > self.settings.prune_ratio * fastest:
+                self.records[c.name] = CandidateRecord(
+                    "pruned", time_ms=t,
+                    reason=f"probe {t:.4g} ms > {self.settings.prune_ratio:g} x fastest {fastest:.4g} ms")
+            else:
+                timed.append(c)
+        self.timed, self.fastest = timed, fastest
+        return timed
+
+    def _rounds(self, timed):
+        """Interleaved rounds of one measurement each, order rotated per round; ({name: ms}, rounds)."""
+        n_sets, probe = len(self.sets), self.probe
+        self.per_pass = max(self.fastest * n_sets, 1e-6)
+        self.reps = max(1, min(1000, math.ceil(self.timer.target_ms / self.per_pass)))
+        measures = {}
+        for c in timed:
+            if self.budget.left_ms() <= 0:
+                break
+            measures[c.name] = self._prepared(c, self.reps)
+            yield
+        samples = {name: [] for name in measures}
+        # a round costs at least its measured time; after one, its own wall time is the estimate
+        round_ms = sum(probe.get(n, 0.0) for n in measures) * n_sets * self.reps + 1e-3
+        rounds, names = 0, list(measures)
+        while names and len(measures) == len(timed) and rounds < MAX_ROUNDS:
+            if (rounds >= MIN_ROUNDS and self.budget.left_ms() < round_ms) or self.budget.left_ms() <= 0:
+                break
+            start = self.budget.spent_ms()
+            shift = rounds % len(names)
+            for name in names[shift:] + names[:shift]:
+                samples[name].append(measures[name]())
+                yield  # a measurement is the unit of work: a call's share stops between two
+            round_ms = max(round_ms, self.budget.spent_ms() - start)
+            rounds += 1
+        times = {c.name: statistics.median(samples[c.name]) / n_sets if samples.get(c.name) else probe[c.name]
+                 for c in timed if c.name in probe}
+        return times, rounds
+
+    def _prepared(self, c, reps: int) -> Callable[[], float]:
+        """A measurement of ``c`` x ``reps`` (a CUDA graph captured once); events if it cannot be captured."""
+        try:
+            return self.timer.prepare(self._runner(c), reps)
+        except Exception:  # e.g. a candidate that cannot be captured in a CUDA graph
+            self.timer = make_timer(self.base.device, graph=False, clock=self.clock)
+            return self.timer.prepare(self._runner(c), reps)
+
+    def remeasure(self, name: str, target_ms: float) -> Callable[[], float]:
+        """A measurement of ``name`` (one of those timed) repeated to about ``target_ms`` (host_time)."""
+        c = next(c for c in self.timed if c.name == name)
+        return self._prepared(c, max(self.reps, min(1000, math.ceil(target_ms / self.per_pass))))
+
+    # -- the choice ---------------------------------------------------------------------------------
+    def _screened(self) -> bool:
+        return not any(r.status == "skipped" for r in self.records.values())
+
+    def _decide(self, survivors, times: dict[str, float], rounds_done: bool) -> None:
+        """The margin rule on the rounds' medians when they completed, else the decisive rule on what
+        was measured; then, on CUDA, the host-time tie-break."""
+        default = self.op.default.name
+        best = min(times, key=times.get)
+        base = times[default]
+        margin = self.settings.margin if rounds_done else 1.0 - 1.0 / DECISIVE
+        choice = best if best != default and times[best] < base * (1.0 - margin) else default
+        for name in times:
+            self.records[name] = self._record(name, times, choice, best, margin, rounds_done)
+        report = self._finish(choice, self._screened() and rounds_done)
+        if self.base.device.type == "cuda" and rounds_done and not self.injected_timer:
+            prefer_less_host_time(report, survivors, times, self.remeasure, self.like_call, self.base, self.budget)
+            self.incumbent = self.op.candidate(report.choice)
+            report.tuning_ms = self.budget.spent_ms()
+
+    def _record(self, name, times, choice, best, margin, rounds_done) -> CandidateRecord:
+        t, base, default = times[name], times[self.op.default.name], self.op.default.name
+        if name == choice:
+            why = "fastest" if name == best else f"default kept: no candidate faster by more than {margin:.0%}"
+            if not rounds_done and name != default:
+                lead = f"{base / t:.2f}x" if t > 0 else "much"
+                why = f"{lead} faster than the default on its probe: decisive before the budget ran out"
+            return CandidateRecord("chosen", time_ms=t, reason=why)
+        why = f"{t / times[choice]:.2f}x the time of {choice}" if times[choice] > 0 else "slower"
+        if name == best and choice == default:
+            why = f"faster by {1 - t / base:.1%}, within the {margin:.0%} margin"
+            if not rounds_done:
+                why += " (the budget ran out before the timed rounds: only a decisive lead counts)"
+        return CandidateRecord("slower", time_ms=t, reason=why)
+
+    def _finish(self, choice: str, complete: bool) -> TuningReport:
+        self.incumbent = self.op.candidate(choice)
+        self.report = TuningReport(choice, complete, self.records, self.budget.spent_ms())
+        return self.report

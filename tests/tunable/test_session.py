@@ -1,0 +1,172 @@
+"""Tuning spread over calls (tunable/session.py through a TunableOp), with a fake clock: every
+decision rule of a session, deterministic."""
+
+import threading
+
+import pytest
+import torch
+
+from tunekit.tunable import results_store, tuning, validators
+from tunekit.tunable.find_fastest import find_fastest
+from tunekit.tunable.session import DECISIVE, MIN_ROUNDS
+
+from fakes import FakeClock, ScaleParams, make_op
+
+
+CPU = validators.device_name(torch.device("cpu"))
+
+
+def fresh_op(costs, **kw):
+    clock = FakeClock()
+    op = make_op(clock, costs, **kw)
+    op.clock = clock
+    return op, clock
+
+
+def call_costs(op, clock, x, calls, **settings):
+    """Run ``calls`` calls; per call, (clock ms spent, the candidate that ran the call's own result)."""
+    out = []
+    with tuning(**settings):
+        for _ in range(calls):
+            before, runs = clock(), dict(op.runs)
+            op(ScaleParams(x))
+            out.append(((clock() - before) * 1e3, {n: op.runs[n] - runs.get(n, 0) for n in op.runs}))
+    return out
+
+
+def test_tuning_is_spread_over_calls_each_within_its_step_and_finishes():
+    op, clock = fresh_op({"ref": 2.0, "fast": 1.0, "medium": 1.5})
+    x = torch.randn(64)
+    costs = call_costs(op, clock, x, 40, tuning_step_ms=4.0, max_tuning_ms=1000.0)
+    # a call's tuning stops at the first piece of work that starts past its step: at most one
+    # piece (one candidate run, here <= 2 ms x the sets) over, plus the call's own run
+    assert all(ms <= 4.0 + 2.0 + 2.0 for ms, _ in costs), costs
+    signature = ScaleParams(x).signature()
+    entry = results_store().get("scale", signature, CPU)
+    assert entry is not None and entry.complete and entry.choice == "fast"
+    finished = next(i for i, (ms, runs) in enumerate(costs) if ms == pytest.approx(1.0))
+    assert finished > 1  # it took several calls...
+    assert all(ms == pytest.approx(1.0) for ms, _ in costs[finished:])  # ...then every call is the winner alone
+
+
+def test_calls_run_the_default_until_a_challenger_is_decisive_then_the_challenger():
+    op, clock = fresh_op({"ref": 10.0, "fast": 1.0})
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=1.0, max_tuning_ms=1000.0):
+        r = op.resolve(ScaleParams(x))
+        assert r.candidate.name == "ref" and not r.cache and "in progress" in r.why
+        seen = [op.resolve(ScaleParams(x)).candidate.name for _ in range(6)]
+    assert "fast" in seen and seen[-1] == "fast"  # checked and probed 10x faster: runs from then on
+
+
+def test_budget_spent_with_a_decisive_challenger_takes_it():
+    op, clock = fresh_op({"ref": 4.0, "fast": 1.0})
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=10.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+    assert report.choice == "fast" and not report.complete
+    assert "decisive" in report.candidates["fast"].reason
+
+
+def test_budget_spent_with_an_ambiguous_challenger_keeps_the_default():
+    ratio = 1.0 / (DECISIVE * 0.95)  # faster than the margin, not decisive
+    op, clock = fresh_op({"ref": 4.0, "close": 4.0 * ratio})
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=12.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+    assert not report.complete
+    assert report.choice == "ref" and "only a decisive lead counts" in report.candidates["close"].reason
+    with tuning(max_tuning_ms=1000.0, tuning_step_ms=float("inf")) as s:  # with the rounds: the margin rule
+        assert find_fastest(op, ScaleParams(x), s, clock=clock).choice == "close"
+
+
+def test_a_challenger_that_fails_the_numerical_check_never_runs_however_fast():
+    op, clock = fresh_op({"ref": 10.0, "wrong": 0.01, "nan": 0.01}, behaviours={"wrong": "wrong", "nan": "half"})
+    x = torch.randn(64)
+    costs = call_costs(op, clock, x, 30, tuning_step_ms=2.0, max_tuning_ms=1000.0)
+    for ms, runs in costs:  # the check runs them once each, on proxies; no call ever returns their result
+        assert runs.get("ref", 0) >= 1
+    result = op(ScaleParams(x))
+    torch.testing.assert_close(result, 2 * x)
+    entry = results_store().get("scale", ScaleParams(x).signature(), CPU)
+    assert entry.choice == "ref" and entry.candidates["wrong"].status == "numerics"
+
+
+def test_every_call_during_tuning_gives_the_right_values():
+    op, clock = fresh_op({"ref": 3.0, "fast": 1.0, "wrong": 0.1}, behaviours={"wrong": "wrong"})
+    for i in range(25):
+        x = torch.randn(64)  # one signature, fresh values every call: each answer must be 2x
+        with tuning(tuning_step_ms=2.0, max_tuning_ms=1000.0):
+            torch.testing.assert_close(op(ScaleParams(x)), 2 * x)
+
+
+def test_the_session_tunes_its_own_copy_of_the_inputs():
+    """The caller may change its tensor between calls: checks compare candidates on the session's copy."""
+    op, clock = fresh_op({"ref": 3.0, "fast": 1.0})
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=2.0, max_tuning_ms=1000.0):
+        op(ScaleParams(x))
+        for _ in range(80):
+            x.add_(1.0)  # in place, same signature
+            torch.testing.assert_close(op(ScaleParams(x)), 2 * x)
+    entry = results_store().get("scale", ScaleParams(x).signature(), CPU)
+    assert entry.choice == "fast" and entry.candidates["fast"].status == "chosen"
+
+
+def test_an_incomplete_entry_is_resumed_by_the_next_process_from_its_choice():
+    op, clock = fresh_op({"ref": 4.0, "fast": 1.0})
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=10.0, tuning_step_ms=float("inf")):
+        op(ScaleParams(x))
+    entry = results_store().get("scale", ScaleParams(x).signature(), CPU)
+    assert entry.choice == "fast" and not entry.complete
+    op.forget()  # a new process
+    with tuning(max_tuning_ms=1000.0, tuning_step_ms=1.0):
+        r = op.resolve(ScaleParams(x))
+        assert r.candidate.name == "fast" and "in progress" in r.why  # the stored choice runs meanwhile
+        while not r.cache:
+            r = op.resolve(ScaleParams(x))
+    entry = results_store().get("scale", ScaleParams(x).signature(), CPU)
+    assert entry.complete and entry.choice == "fast"
+
+
+def test_background_preparation_is_waited_for_only_within_a_step():
+    """A candidate with prepare() (a compile) is prepared on the worker thread: calls before it is
+    ready run the incumbent and return; the first call after it is ready checks it."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    compiled = threading.Event()
+    prepared = []
+    fast = op.candidate("fast")
+
+    class Prepared:  # the fake candidate, plus a prepare() that blocks until the test says
+        def __init__(self):
+            self.name, self.run, self.supports, self.source_hash = fast.name, fast.run, fast.supports, fast.source_hash
+
+        @staticmethod
+        def prepare(params):
+            compiled.wait(timeout=30)
+            prepared.append(params)
+
+    op.candidates[op.candidates.index(fast)] = op._by_name["fast"] = Prepared()
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=1000.0):
+        for _ in range(3):
+            assert op.resolve(ScaleParams(x)).candidate.name == "ref"
+        assert op.runs["fast"] == 0 and not prepared
+        compiled.set()
+        for _ in range(200):
+            r = op.resolve(ScaleParams(x))
+            if r.cache:
+                break
+    assert prepared and r.candidate.name == "fast" and op.runs["fast"] >= 2 + MIN_ROUNDS
+
+
+def test_explain_completes_a_tuning_in_progress():
+    from tunekit.tunable import explain
+
+    op, clock = fresh_op({"ref": 2.0, "fast": 1.0})
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=1.0, max_tuning_ms=1000.0):
+        assert not op.resolve(ScaleParams(x)).cache
+        e = explain(op, x)
+    assert e.chosen == "fast" and e.complete
