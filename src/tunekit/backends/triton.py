@@ -12,10 +12,11 @@ import contextlib
 import functools
 import importlib
 import os
+import threading
 
 import torch
 
-__all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device"]
+__all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
 
 NO_TRITON = "needs triton (pip install 'tunekit[triton]')"
 
@@ -59,3 +60,30 @@ def on_device(device: torch.device):
     if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
         return torch.cuda.device(device)
     return contextlib.nullcontext()
+
+
+class _Warming(threading.local):
+    active = False
+
+
+_warming = _Warming()
+
+
+def launch(fn, grid, *args, **kwargs) -> None:
+    """``fn[grid](*args, **kwargs)``; inside :func:`warming`, compile for these arguments without
+    launching (Triton's ``warmup``: the same specialization a launch would compile and cache)."""
+    if _warming.active and not interpreted(fn):
+        fn.warmup(*args, grid=grid, **kwargs)
+    else:
+        fn[grid](*args, **kwargs)
+
+
+@contextlib.contextmanager
+def warming():
+    """A block in which this thread's Triton launches (through :func:`launch`) only compile: what a
+    candidate's ``prepare`` runs on a worker thread, so a later launch finds its kernel compiled."""
+    before, _warming.active = _warming.active, True
+    try:
+        yield
+    finally:
+        _warming.active = before

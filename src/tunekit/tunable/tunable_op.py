@@ -259,6 +259,19 @@ class TunableOp:
                 decided[signature] = r
             return r
 
+    def decision(self, params: OpParams, s: context.TuningSettings | None = None) -> Resolution | None:
+        """What this process decided for ``params``' signature under the settings (None while it is
+        undecided: never met, or tuning in progress). Looks only: never tunes, stores or runs."""
+        s = s or context.current()
+        with TUNING_LOCK:
+            return self._decided.get(s.cache_id, {}).get(params.signature())
+
+    def tuning_in_progress(self, params: OpParams, s: context.TuningSettings | None = None) -> bool:
+        """Whether a tuning session for ``params``' signature is under way (spread over calls)."""
+        s = s or context.current()
+        with TUNING_LOCK:
+            return (s.cache_id, params.signature()) in self._sessions
+
     def decide_here(self, params, s, signature, device, device_name, *, incremental: bool = True) -> Resolution:
         """Decide a signature met for the first time, in this process: a valid stored entry, else
         tuning (when the settings allow it and no graph is being captured), else the default.

@@ -111,6 +111,14 @@ class CudaElementwise(Candidate):
                 return f"{name} is not {self.load_bytes}-byte aligned (offset {t.data_ptr() % 16} mod 16)"
         return None
 
+    def prepare(self, p) -> None:
+        """Compile and load this form's kernel on ``p``'s device (tuning calls it on a worker
+        thread, so the candidate's first run does not wait for NVRTC)."""
+        index = p.x.get_device()
+        self.kernel.address(index)
+        if self.persistent:
+            self.kernel.resident_blocks(index, BLOCK)
+
     def run(self, p):
         # the cached call's path: every line here is host time on each call
         x = p.x

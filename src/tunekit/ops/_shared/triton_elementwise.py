@@ -97,8 +97,16 @@ class TritonElementwise(Candidate):
         extra = self.constexprs(p) if self.constexprs is not None else {}
         grid = ((n + self.block - 1) // self.block,)  # triton.cdiv, without touching the module
         with triton_backend.on_device(out.device):
-            kernel[grid](*tensors, out, n, **extra, BLOCK=self.block, num_warps=self.num_warps)
+            triton_backend.launch(kernel, grid, *tensors, out, n, **extra, BLOCK=self.block,
+                                  num_warps=self.num_warps)
         return out
+
+    def prepare(self, p) -> None:
+        """Compile this configuration's kernel for ``p`` without launching it (tuning calls it on a
+        worker thread, so the first real launch finds it compiled)."""
+        if p.x.device.type == "cuda":
+            with triton_backend.warming():
+                self.run(p)
 
     def source_hash(self) -> str:
         global _source_text

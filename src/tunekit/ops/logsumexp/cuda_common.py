@@ -95,6 +95,13 @@ class CudaReduction(Candidate):
                 return "needs 16-byte aligned tensors (vector loads)"
         return nvrtc.available()
 
+    def prepare(self, p) -> None:
+        """Compile and load this candidate's kernels (its own and the merge passes) on ``p``'s device:
+        tuning calls it on a worker thread, so the first run does not wait for NVRTC."""
+        index = p.x.get_device()
+        for kernel in (self.kernel, self.combine, self.combine_wide):
+            kernel.address(index)
+
     def source_hash(self) -> str:
         return hash_source(self.kernel.source_hash(), self.name, self.kernel.name, self.vec, self.unroll, BLOCK, IX)
 

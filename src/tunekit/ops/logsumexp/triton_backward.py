@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .triton_forward import ROWS_CONFIGS, TritonRows, kernel_fn, rows_name
 from .._shared.reduction import ceil_div
+from ...backends import triton as triton_backend
 
 __all__ = ["TritonBackwardColumns", "TritonBackwardFlat", "TritonBackwardStatic", "triton_logsumexp_backward_candidates"]
 
@@ -33,7 +34,7 @@ class TritonBackwardColumns(TritonRows):
 
     def launch(self, tensors, out, outer, R, inner):
         tiles_i, tiles_r = ceil_div(inner, self.block_i), ceil_div(R, self.block_r)
-        kernel_fn(self.kernel_name)[(outer * tiles_r * tiles_i,)](
+        triton_backend.launch(kernel_fn(self.kernel_name), (outer * tiles_r * tiles_i,),
             *tensors, out, R, inner, tiles_i, tiles_r, BLOCK_R=self.block_r, BLOCK_I=self.block_i,
             num_warps=self.num_warps)
 
@@ -65,7 +66,7 @@ class TritonBackwardFlat(TritonRows):
 
     def launch(self, tensors, out, outer, R, inner):
         tiles = ceil_div(R * inner, self.block)
-        kernel_fn(self.kernel_name)[(outer * tiles,)](*tensors, out, R * inner, inner, tiles, BLOCK=self.block,
+        triton_backend.launch(kernel_fn(self.kernel_name), (outer * tiles,),*tensors, out, R * inner, inner, tiles, BLOCK=self.block,
                                                     ROWS=inner == 1, num_warps=self.num_warps)
 
 
@@ -82,7 +83,7 @@ class TritonBackwardStatic(TritonBackwardFlat):
         return ceil_div(outer * R * inner, self.block)
 
     def launch(self, tensors, out, outer, R, inner):
-        kernel_fn(self.kernel_name)[(self.grid(outer, R, inner, out.device),)](
+        triton_backend.launch(kernel_fn(self.kernel_name), (self.grid(outer, R, inner, out.device),),
             *tensors, out, N=outer * R * inner, SLICE=R * inner, INNER=inner, BLOCK=self.block,
             num_warps=self.num_warps)
 

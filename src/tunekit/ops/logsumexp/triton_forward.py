@@ -165,8 +165,15 @@ class TritonRows(Candidate):
             self.launch(tensors, out, outer, R, inner)
         return out
 
+    def prepare(self, p) -> None:
+        """Compile this candidate's kernels for ``p`` without launching them (tuning calls it on a
+        worker thread)."""
+        if p.x.device.type == "cuda":
+            with triton_backend.warming():
+                self.run(p)
+
     def launch(self, tensors, out, outer: int, R: int, inner: int) -> None:
-        kernel_fn(self.kernel_name)[(self.grid(outer, R, inner, out.device),)](
+        triton_backend.launch(kernel_fn(self.kernel_name), (self.grid(outer, R, inner, out.device),),
             *tensors, out, outer, R, BLOCK=self.block, ROWS=self.rows_per_program, num_warps=self.num_warps)
 
     def source_hash(self) -> str:
@@ -178,7 +185,7 @@ def _combine(pm: torch.Tensor, ps: torch.Tensor, out: torch.Tensor, n_out: int, 
     """Merge partials laid out [splits, n_out] into ``out``: tiles of up to 2048 partials."""
     block_n = min(128, _pow2(n_out))
     block_k = min(_pow2(splits), max(1, 2048 // block_n))
-    kernel_fn("logsumexp_combine_kernel")[(ceil_div(n_out, block_n),)](
+    triton_backend.launch(kernel_fn("logsumexp_combine_kernel"), (ceil_div(n_out, block_n),),
         pm, ps, out, n_out, splits, BLOCK_K=block_k, BLOCK_N=block_n, num_warps=4)
 
 
@@ -211,7 +218,7 @@ class TritonSplitRows(TritonRows):
         chunk, splits = self.plan(outer, R, x.device)
         pm = torch.empty((splits, outer), dtype=torch.float32, device=x.device)
         ps = torch.empty_like(pm)
-        kernel_fn(self.kernel_name)[(outer * splits,)](x, pm, ps, outer, R, chunk, splits,
+        triton_backend.launch(kernel_fn(self.kernel_name), (outer * splits,),x, pm, ps, outer, R, chunk, splits,
                                                       BLOCK=self.block, num_warps=self.num_warps)
         _combine(pm, ps, out, outer, splits)
 
@@ -253,7 +260,7 @@ class TritonColumns(TritonRows):
             ps = torch.empty_like(pm)
         else:
             pm = ps = out  # not written
-        kernel_fn(self.kernel_name)[(outer * tiles_i * splits,)](
+        triton_backend.launch(kernel_fn(self.kernel_name), (outer * tiles_i * splits,),
             x, out, pm, ps, R, inner, n_out, tiles_i, splits, chunk,
             BLOCK_R=self.block_r, BLOCK_I=self.block_i, SPLIT=splits > 1, num_warps=self.num_warps)
         if splits > 1:
