@@ -1,5 +1,9 @@
 """Every test gets its own results file and in-memory choices, so no test sees another's tuning.
-Without a GPU, Triton kernels run in Triton's interpreter."""
+Without a GPU, Triton kernels run in Triton's interpreter.
+
+Tests tune a new signature in its first call (``TUNEKIT_TUNING_STEP_MS=inf``): most of them are about
+what tuning decides and stores, not about when. Tuning spread over calls, the default, has its own
+tests (``tests/tunable/test_session.py``), which set the step they test."""
 
 import os
 
@@ -29,6 +33,7 @@ def isolated_results(tmp_path, monkeypatch):
     for var in context.ENV_VARS.values():
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TUNEKIT_RESULTS", str(path))
+    monkeypatch.setenv("TUNEKIT_TUNING_STEP_MS", "inf")
     context.reload_environment()
     for op in registry.all_ops():
         op.forget()

@@ -60,7 +60,7 @@ def run_rank(rank: int, world: int, directory: str) -> None:
             out["online_choice"] = _choice(skew, x)
             out["online_why"] = skew.resolve(ScaleParams(x)).why
             tunekit.silu(torch.randn(40))
-            tunekit.gelu(torch.randn(8, 8, dtype=torch.float16), "tanh")
+            tunekit.gelu(torch.randn(8, 8, dtype=torch.float16), approximate="tanh")
             tunekit.logsumexp(torch.randn(4, 16), -1)
             out["builtin_choices"] = {op: tunekit.explain(*call).chosen for op, call in {
                 "silu": ("silu", torch.randn(40)), "gelu": ("gelu", torch.randn(8, 8, dtype=torch.float16), "tanh"),

@@ -171,3 +171,65 @@ def check_candidate_on_awkward_inputs(form: Form, name: str, dtype, device, spec
             check_runner(form, c, ts)
         ran += 1
     assert ran >= 4
+
+
+# -- torch fidelity: the same result, warning or exception type as torch's own function ---------------
+@dataclass
+class Outcome:
+    """What one call did: its result (cloned, with the returned object's identity), or its exception,
+    and the categories and texts of the warnings it raised."""
+
+    result: object = None
+    error: BaseException | None = None
+    warnings: list = field(default_factory=list)
+    returned: object = None
+
+
+def outcome(fn, *args, **kwargs) -> Outcome:
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            y = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - compared with torch's by the caller
+            return Outcome(error=e, warnings=[(w.category, str(w.message)) for w in caught])
+    result = y.detach().clone() if isinstance(y, torch.Tensor) else y
+    return Outcome(result, None, [(w.category, str(w.message)) for w in caught], y)
+
+
+def resize_warnings(o: Outcome) -> list:
+    return [category for category, text in o.warnings if "resized" in text]
+
+
+def assert_same_outcome(ours: Outcome, theirs: Outcome, tol=None, what="") -> None:
+    """Both raised the same exception type, or both returned a tensor of one shape, dtype and
+    device with values within ``tol`` ((rtol, atol); None: equal) and NaN in the same places, and
+    both warned of a resized output or neither did."""
+    if theirs.error is not None or ours.error is not None:
+        assert ours.error is not None, f"{what}: torch raised {theirs.error!r}, tunekit returned"
+        assert theirs.error is not None, f"{what}: tunekit raised {ours.error!r}, torch returned"
+        assert type(ours.error) is type(theirs.error), f"{what}: tunekit raised {ours.error!r}, torch {theirs.error!r}"
+        return
+    assert resize_warnings(ours) == resize_warnings(theirs), (what, ours.warnings, theirs.warnings)
+    a, b = ours.result, theirs.result
+    assert type(a) is type(b), (what, type(a), type(b))
+    if isinstance(b, torch.Tensor):
+        assert (a.shape, a.dtype, a.device) == (b.shape, b.dtype, b.device), (what, a.shape, a.dtype, b.shape, b.dtype)
+        if b.device.type == "meta":
+            return
+        rtol, atol = tol or (0, 0)
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+    else:
+        assert a == b, (what, a, b)
+
+
+def twice(make):
+    """Two independent results of ``make()`` with the same random values (one for torch's call, one
+    for tunekit's: in-place and ``out=`` forms change their arguments), fresh for every test."""
+    seed = int(torch.randint(0, 2**62, ()))
+    copies = []
+    for _ in range(2):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            copies.append(make())
+    return copies

@@ -113,10 +113,10 @@ def _compiling_op():
 
 def test_online_tuning_still_counts_first_use_compilation():
     op = _compiling_op()
-    with tuning(max_tuning_ms=DEFAULT_BUDGET):
+    with tuning(max_tuning_ms=DEFAULT_BUDGET, tuning_step_ms=math.inf):  # the whole tuning in this call
         resolved = op.resolve(ScaleParams(torch.randn(64)))
     assert not resolved.entry.complete and "budget exhausted" in resolved.why
-    assert op.runs["jit"] == 1  # no warm-up run: its numerical check paid the compile
+    assert op.runs["jit"] == 2  # its check (which paid the compile) and its probe: no separate warm-up run
 
 
 def test_warm_up_keeps_first_use_compilation_out_of_the_offline_budget(monkeypatch):
@@ -193,7 +193,7 @@ def test_warm_up_runs_the_numerical_check_on_the_defaults_output(monkeypatch):
 def _record_mixed(path):
     with tuning(results=str(path), tuning=False, record_untuned=True):
         tunekit.silu(torch.randn(40))
-        tunekit.gelu(torch.randn(8, 8, dtype=torch.float16), "tanh")
+        tunekit.gelu(torch.randn(8, 8, dtype=torch.float16), approximate="tanh")
         tunekit.logsumexp(torch.randn(4, 16), -1)
         tunekit.silu(torch.randn(24), inplace=True)
         x = torch.randn(20, requires_grad=True)
@@ -223,8 +223,8 @@ def test_record_then_tune_offline_then_the_stored_results_run(isolated_results):
 
 def test_records_with_a_valid_entry_are_dropped_without_retuning(isolated_results):
     offline_workers.record(isolated_results, [30, 31])
-    with tuning(max_tuning_ms=BUDGET):
-        tunekit.silu(torch.randn(30))  # tuned online meanwhile
+    with tuning(max_tuning_ms=BUDGET, tuning_step_ms=math.inf):
+        tunekit.silu(torch.randn(30))  # tuned online meanwhile, in this one call
     store = results_store()
     online = store.get("silu", SiluParams(torch.randn(30)).signature(), CPU)
     assert online.complete
@@ -432,3 +432,41 @@ def test_the_tune_entry_point_picks_this_process_and_takes_a_file(isolated_resul
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="0 visible GPU"):
             tune.run(gpus="all")
+
+
+def test_a_results_file_that_fails_mid_run_stops_the_run_loudly(isolated_results):
+    """Falling back to memory would let the run go on 'tuning' into nothing: it stops, and says why."""
+    import sqlite3
+    import warnings
+
+    from tunekit.offline import recorded
+    from tunekit.tunable.errors import ResultsStoreError, TunekitWarning
+
+    offline_workers.record(isolated_results, [60, 61, 62])
+    store = results_store()
+
+    def break_the_file(kind, label):
+        if kind == "tuned":  # the first entry is saved; then someone damages the file
+            conn = sqlite3.connect(isolated_results)
+            conn.execute("DROP TABLE entries")
+            conn.commit()
+            conn.close()
+
+    settings = tune_one.offline_settings(tunekit.TuningSettings(max_tuning_ms=BUDGET), store)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ResultsStoreError) as raised:
+        warnings.simplefilter("always")
+        recorded.work(store, torch.device("cpu"), settings, run="r", event=break_the_file)
+    assert f"cannot save tuning results: results file '{isolated_results}' failed while in use" in str(raised.value)
+    assert [str(w.message) for w in caught if issubclass(w.category, TunekitWarning)][0].startswith(
+        f"tunekit results file '{isolated_results}' failed while in use (no such table: entries)")
+    with pytest.raises(ResultsStoreError, match="cannot tune"):
+        offline.tune_recorded(store)  # and any later run on this store stops before tuning anything
+
+
+def test_a_failed_worker_is_in_the_summary_and_fails_it():
+    summary = offline.TuneSummary(device="cpu", tuned=2)
+    assert summary.ok and "failed:" not in str(summary)
+    summary.workers = [{"worker": 0, "device": "cpu", "tuned": 2},
+                       {"worker": 1, "device": "cpu", "error": "Traceback ...\n  ...\nResultsStoreError: cannot tune\n"}]
+    assert not summary.ok and summary.worker_errors == ["worker 1 [cpu]: ResultsStoreError: cannot tune"]
+    assert str(summary).splitlines()[-1] == "  failed: worker 1 [cpu]: ResultsStoreError: cannot tune"

@@ -31,6 +31,7 @@ SLOTS = {  # (owner, name) of everything a patch may replace, by op
     "silu": [(F, "silu"), (torch.nn.SiLU, "forward")],
     "gelu": [(F, "gelu"), (torch.nn.GELU, "forward")],
     "logsumexp": [(torch, "logsumexp"), (torch.Tensor, "logsumexp")],
+    "gemm": [(F, "linear"), (torch, "matmul"), (torch.nn.Linear, "forward")],
 }
 
 
@@ -210,15 +211,12 @@ class Logged:
 
 def test_argument_forms_tunekit_does_not_take_go_to_torch_unchanged(runs):
     x = rand((6, 7), torch.float32)
-    out = torch.empty(6)
     ints = torch.randint(-5, 5, (6, 7))
     sub = x.as_subclass(Subclass)
-    want = {"out": TORCH_LOGSUMEXP(x, 1), "ints": TORCH_LOGSUMEXP(ints, 1), "sub_silu": TORCH_SILU(sub),
+    want = {"ints": TORCH_LOGSUMEXP(ints, 1), "sub_silu": TORCH_SILU(sub),
             "sub_lse": TENSOR_LOGSUMEXP(sub, 0), "f64": TORCH_SILU(x.double())}
     logged = Logged(x)
     with tunekit.patch():
-        got_out = torch.logsumexp(x, 1, out=out)
-        assert got_out is out and torch.equal(out, want["out"])
         assert torch.equal(torch.logsumexp(ints, 1), want["ints"])  # torch promotes integers
         got_sub = F.silu(sub)
         assert type(got_sub) is Subclass and torch.equal(got_sub, want["sub_silu"])
@@ -227,6 +225,45 @@ def test_argument_forms_tunekit_does_not_take_go_to_torch_unchanged(runs):
         assert F.gelu(logged) == "handled" and torch.logsumexp(logged, 0) == "handled"
         assert runs.total() == 0, runs.counts()
         assert torch.equal(F.silu(x.double()), want["f64"]) and runs.count("silu") >= 1  # float64: tunekit (tunes)
+
+
+def test_torchs_argument_forms_are_routed_as_torch_binds_them(runs):
+    """Positional ``inplace``, ``input=`` and ``out=`` keywords: the forms torch accepts reach tunekit
+    (one candidate run each, tuning off) with torch's results; ``out=`` returns ``out`` itself."""
+    x = rand((6, 7), torch.float32)
+    refs = float64_refs(x)
+    with tunekit.tuning(tuning=False), tunekit.patch():
+        calls = [
+            ("silu", "silu", lambda: F.silu(x.clone(), True)),
+            ("silu", "silu", lambda: F.silu(input=x.clone(), inplace=True)),
+            ("silu", "silu", lambda: F.silu(input=x)),
+            ("gelu", "gelu", lambda: F.gelu(input=x)),
+            ("gelu", "gelu_tanh", lambda: F.gelu(x, approximate="tanh", out=torch.full_like(x, float("nan")))),
+            ("logsumexp", "lse1", lambda: torch.logsumexp(x, 1, False, out=torch.full((6,), float("nan")))),
+            ("logsumexp", "lse1", lambda: torch.logsumexp(input=x, dim=(1,), out=torch.full((6,), float("nan")))),
+        ]
+        for op, ref, call in calls:
+            before = runs.count(op)
+            close(call(), refs[ref].float(), torch.float32, op)
+            assert runs.count(op) == before + 1, (op, ref)
+        out = torch.full((6,), float("nan"))
+        assert torch.logsumexp(x, 1, out=out) is out
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: torch.logsumexp(x, 1, out=torch.empty(5)),                   # torch resizes, with a warning
+    lambda x: torch.logsumexp(x, 1, out=torch.empty(6, dtype=torch.float64)),  # torch casts
+    lambda x: torch.logsumexp(x, 1, out=torch.empty(1).expand(6)),          # torch refuses
+    lambda x: F.gelu(x, out=torch.empty(3)),
+    lambda x: F.gelu(x, out=x[:, :3]),
+], ids=["lse-resized", "lse-float64-out", "lse-expanded-out", "gelu-resized", "gelu-overlapping"])
+def test_out_forms_tunekit_cannot_write_are_torchs(call):
+    from elementwise_checks import assert_same_outcome, outcome
+    x = rand((6, 7), torch.float32)
+    theirs = outcome(call, x.clone())
+    with tunekit.patch():
+        ours = outcome(call, x.clone())
+    assert_same_outcome(ours, theirs, what="patched")
 
 
 @pytest.mark.parametrize("call", [
@@ -330,7 +367,7 @@ def test_calls_from_inside_tunekit_reach_torch_not_the_patch(runs):
 # -- reversibility ----------------------------------------------------------------------------
 def test_undo_restores_the_exact_original_objects():
     handle = tunekit.patch()
-    assert handle.active and patched_ops() == {"silu", "gelu", "logsumexp"}
+    assert handle.active and patched_ops() == {"silu", "gelu", "logsumexp", "gemm"}
     assert "logsumexp" in vars(torch.Tensor) and torch.Tensor.logsumexp is not TENSOR_LOGSUMEXP
     assert "active" in repr(handle)
     handle.undo()
@@ -364,7 +401,7 @@ def test_exceptions_inside_the_context_manager_undo_the_patch():
         with tunekit.patch(["silu"]):
             with pytest.raises(ZeroDivisionError):
                 with tunekit.patch():
-                    assert patched_ops() == {"silu", "gelu", "logsumexp"}
+                    assert patched_ops() == {"silu", "gelu", "logsumexp", "gemm"}
                     1 / 0
             assert patched_ops() == {"silu"}
             raise KeyError("out")

@@ -1,6 +1,7 @@
 """Shipping results between machines: export, then import keeping only entries valid here."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -14,10 +15,10 @@ CPU = validators.device_name(torch.device("cpu"))
 
 def tuned_store(path):
     """A store with three tuned entries (silu at two sizes, gelu), tuned on this machine."""
-    with tuning(results=str(path), max_tuning_ms=5000):
+    with tuning(results=str(path), max_tuning_ms=5000, tuning_step_ms=math.inf):  # each call tunes to the end
         tunekit.silu(torch.randn(16))
         tunekit.silu(torch.randn(17))
-        tunekit.gelu(torch.randn(18), "tanh")
+        tunekit.gelu(torch.randn(18), approximate="tanh")
     return results_store(str(path))
 
 
@@ -77,3 +78,39 @@ def test_export_filters_and_a_malformed_file_imports_nothing(tmp_path):
     with pytest.raises(ResultsImportError):
         transfer.import_results(target, tmp_path / "bad.csv")
     assert target.entries() == []
+
+
+def test_importing_into_a_store_that_cannot_keep_the_entries_fails_and_reports_nothing(tmp_path):
+    from tunekit.tunable.errors import ResultsStoreError
+    from tunekit.tunable.results import ResultsStore
+
+    source = tuned_store(tmp_path / "a.sqlite")
+    transfer.export_results(source, tmp_path / "r.csv")
+    results_store(str(tmp_path / "b.sqlite")).close()
+    before = (tmp_path / "b.sqlite").read_bytes()
+    read_only = ResultsStore(tmp_path / "b.sqlite", read_only=True)
+    with pytest.raises(ResultsStoreError, match="cannot import results: .* is read-only"):
+        transfer.import_results(read_only, tmp_path / "r.csv")
+    assert (tmp_path / "b.sqlite").read_bytes() == before
+    (tmp_path / "c.sqlite").write_text("my notes")
+    with pytest.warns(tunekit.TunekitWarning):
+        broken = ResultsStore(tmp_path / "c.sqlite")
+    with pytest.raises(ResultsStoreError, match="cannot import results: .* is not an SQLite database"):
+        transfer.import_results(broken, tmp_path / "r.csv")
+    assert broken.entries() == [] and (tmp_path / "c.sqlite").read_text() == "my notes"
+
+
+def test_an_export_that_fails_leaves_the_previous_file_whole(tmp_path, monkeypatch):
+    from tunekit.tunable import entries
+
+    source = tuned_store(tmp_path / "a.sqlite")
+    target = tmp_path / "r.csv"
+    target.write_text("the previous export\n")
+
+    def disk_full(entry):  # while the rows are written
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(entries, "to_row", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        transfer.export_results(source, target)
+    assert target.read_text() == "the previous export\n" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.sqlite", "r.csv"]

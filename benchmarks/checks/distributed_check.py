@@ -121,7 +121,7 @@ def training_step(device, smoke: bool) -> None:
     for shape in sizes:
         for dtype in dtypes:
             x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
-            h = tunekit.gelu(tunekit.silu(x), "tanh")
+            h = tunekit.gelu(tunekit.silu(x), approximate="tanh")
             loss = tunekit.logsumexp(h.float(), -1).sum()
             loss.backward()
 

@@ -49,7 +49,7 @@ import tunekit  # noqa: E402
 from tunekit.bench.measure import versions  # noqa: E402
 from tunekit.tunable.registry import get_op  # noqa: E402
 
-OPS = ("silu", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward")
+OPS = ("silu", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward", "mm", "addmm")
 FULL = dict(hidden=1024, layers=4, heads=16, llama_mlp=2816, gpt2_mlp=4096, vocab=32000, batch=8, seq=512,
             dtype="bfloat16")
 SMOKE = dict(hidden=64, layers=2, heads=4, llama_mlp=176, gpt2_mlp=256, vocab=128, batch=2, seq=16, dtype="float32")

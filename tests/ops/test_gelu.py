@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import tunekit
-from elementwise_checks import (DTYPES, SPECIAL, Form, candidate_cases, check_candidate, check_candidate_on_awkward_inputs,
-                                layout_cases)
+from elementwise_checks import (DTYPES, SPECIAL, Form, assert_same_outcome, candidate_cases, check_candidate,
+                                check_candidate_on_awkward_inputs, layout_cases, outcome, twice)
 from tunekit.ops._shared.cuda_elementwise import CudaElementwise
 from tunekit.ops.gelu import GeluBackwardParams, GeluFunction, GeluParams, gelu_backward_op, gelu_op, gelu_tolerance
 from tunekit.tunable import results_store
@@ -96,7 +96,7 @@ def test_each_cuda_form_declines_the_other_approximation():
 @pytest.mark.parametrize("approximate", APPROXIMATE)
 def test_public_gelu_tunes_and_matches_torch(approximate, dtype, device):
     x = (torch.randn(257, 129, device=device) * 3).to(dtype)
-    y = tunekit.gelu(x, approximate)
+    y = tunekit.gelu(x, approximate=approximate)
     assert y.shape == x.shape and y.dtype == x.dtype
     close(y, F.gelu(x.double(), approximate=approximate), dtype)
     entries = results_store().entries("gelu")
@@ -108,17 +108,17 @@ def test_public_gelu_tunes_and_matches_torch(approximate, dtype, device):
 def test_a_cached_call_runs_the_runner_of_its_own_approximation(dtype, device, monkeypatch):
     """The fast path keys on ``approximate`` too: each form gets its own choice's runner."""
     x = (torch.randn(257, 129, device=device) * 3).to(dtype)
-    module = sys.modules["tunekit.ops.gelu"]
+    module = sys.modules["tunekit.ops.gelu.op"]
     expected_calls = 0
     for approximate in APPROXIMATE:
-        tunekit.gelu(x, approximate)
+        tunekit.gelu(x, approximate=approximate)
         chosen = gelu_op.resolve(GeluParams(x, approximate)).candidate
         has_runner = chosen.fast_runner is not None and chosen.fast_runner(GeluParams(x, approximate)) is not None
         expected_calls += 0 if has_runner else 1
     calls = []
     monkeypatch.setattr(module, "_gelu_call", lambda p: calls.append(p) or gelu_op.call(p))
     for approximate in APPROXIMATE:
-        close(tunekit.gelu(x, approximate), F.gelu(x.double(), approximate=approximate), dtype)
+        close(tunekit.gelu(x, approximate=approximate), F.gelu(x.double(), approximate=approximate), dtype)
     assert len(calls) == expected_calls
 
 
@@ -126,9 +126,9 @@ def test_the_fast_path_never_mixes_the_two_forms():
     x = torch.randn(4096) * 3
     for first, second in (("none", "tanh"), ("tanh", "none")):
         gelu_op.forget()
-        tunekit.gelu(x, first)
-        tunekit.gelu(x, first)  # its runner is cached
-        close(tunekit.gelu(x, second), F.gelu(x.double(), approximate=second), torch.float32)
+        tunekit.gelu(x, approximate=first)
+        tunekit.gelu(x, approximate=first)  # its runner is cached
+        close(tunekit.gelu(x, approximate=second), F.gelu(x.double(), approximate=second), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -137,33 +137,82 @@ def test_out_and_inplace(approximate, device):
     x = torch.randn(1000, device=device) * 3
     expected = F.gelu(x.double(), approximate=approximate)
     out = torch.full_like(x, float("nan"))
-    assert tunekit.gelu(x, approximate, out=out) is out
+    assert tunekit.gelu(x, approximate=approximate, out=out) is out
     close(out, expected, x.dtype)
     y = x.clone()
-    assert tunekit.gelu(y, approximate, inplace=True).data_ptr() == y.data_ptr()
+    assert tunekit.gelu(y, approximate=approximate, inplace=True).data_ptr() == y.data_ptr()
     close(y, expected, x.dtype)
 
 
 def test_tanh_form_has_no_nan_for_large_inputs():
     """The seed's fp16 tanh GELU overflowed to NaN for x > ~4: every candidate here computes in fp32."""
     x = torch.tensor([4.0, 5.0, 8.0, 10.0, 20.0, 65504.0, -65504.0], dtype=torch.float16)
-    y = tunekit.gelu(x, "tanh")
+    y = tunekit.gelu(x, approximate="tanh")
     assert not torch.isnan(y).any()
     close(y, F.gelu(x.double(), approximate="tanh"), torch.float16)
 
 
-def test_bad_arguments_get_clear_errors():
+def _gelu_forms():
+    """name -> a function making fresh (args, kwargs) of one call of ``F.gelu`` / ``tunekit.gelu``."""
+    x = lambda: torch.randn(10) * 3  # noqa: E731
+    return {
+        "positional-approximate": lambda: ((x(), "tanh"), {}),
+        "unknown-approximate": lambda: ((x(),), {"approximate": "fast"}),
+        "approximate-none-object": lambda: ((x(),), {"approximate": None}),
+        "integer": lambda: ((torch.arange(10),), {}),
+        "integer-tanh": lambda: ((torch.arange(10),), {"approximate": "tanh"}),
+        "complex": lambda: ((torch.randn(10, dtype=torch.complex64),), {}),
+        "input-keyword": lambda: ((), {"input": x(), "approximate": "tanh"}),
+        "out": lambda: ((x(),), {"approximate": "tanh", "out": torch.full((10,), float("nan"))}),
+        "out-of-another-shape": lambda: ((x(),), {"out": torch.full((3, 4), float("nan"))}),
+        "empty-out": lambda: ((x(),), {"out": torch.empty(0)}),
+        "out-of-another-dtype": lambda: ((x(),), {"out": torch.empty(10, dtype=torch.float16)}),
+        "expanded-out": lambda: ((x(),), {"out": torch.empty(1).expand(10)}),
+        "overlapping-out": lambda: (lambda buf: ((buf[:6],), {"out": buf[2:8]}))(torch.randn(10)),
+        "out-is-input": lambda: (lambda t: ((t,), {"out": t}))(x()),
+        "out-with-grad": lambda: ((x().requires_grad_(),), {"out": torch.empty(10)}),
+        "meta": lambda: ((torch.randn(10, device="meta"),), {"approximate": "tanh"}),
+    }
+
+
+@pytest.mark.parametrize("form", list(_gelu_forms()))
+def test_torch_forms_give_torchs_result_warning_or_exception_type(form):
+    """Whatever ``F.gelu`` does with a call, tunekit.gelu does (tunekit hands the forms it does not
+    compute to torch's own function): its value, its resize warning, its exception type."""
+    (targs, tkwargs), (args, kwargs) = twice(_gelu_forms()[form])
+    theirs = outcome(F.gelu, *targs, **tkwargs)
+    ours = outcome(tunekit.gelu, *args, **kwargs)
+    assert_same_outcome(ours, theirs, gelu_tolerance(GeluParams(torch.empty(0))), form)
+    if "out" in kwargs and ours.error is None:
+        assert ours.returned is kwargs["out"]
+
+
+@pytest.mark.parametrize("approximate", [*APPROXIMATE, "fast"])
+def test_inplace_is_torchs_gelu_(approximate):
+    (t,), (ours,) = twice(lambda: (torch.randn(50) * 3,))
+    theirs = outcome(torch._C._nn.gelu_, t, approximate=approximate)
+    mine = outcome(tunekit.gelu, ours, approximate=approximate, inplace=True)
+    assert_same_outcome(mine, theirs, gelu_tolerance(GeluParams(t)), approximate)
+    if mine.error is None:
+        assert mine.returned is ours
+        close(ours, t, t.dtype)
+    with pytest.raises(RuntimeError):  # torch's error for in place on an expanded tensor
+        tunekit.gelu(torch.ones(1).expand(4), approximate=approximate, inplace=True)
+    with pytest.raises(ValueError, match="either out= or inplace"):
+        tunekit.gelu(t, approximate=approximate, inplace=True, out=torch.empty(50))
+
+
+def test_gelu_backward_and_make_params_check_their_arguments():
     x = torch.randn(10)
-    with pytest.raises(ValueError, match="approximate must be"):
-        tunekit.gelu(x, "fast")
-    with pytest.raises(TypeError, match="floating-point"):
-        tunekit.gelu(torch.arange(10))
-    with pytest.raises(ValueError, match="shape, dtype and device"):
-        tunekit.gelu(x, out=torch.empty(11))
     with pytest.raises(ValueError, match="approximate must be"):
         tunekit.gelu_backward(x, x, "sigmoid")
     with pytest.raises(ValueError, match="one shape"):
         tunekit.gelu_backward(torch.randn(3), torch.randn(4))
+    from tunekit.ops.gelu.op import make_params
+    with pytest.raises(ValueError, match="approximate must be"):
+        make_params(x, "fast")
+    with pytest.raises(ValueError, match="out must be"):
+        make_params(x, out=torch.empty(11))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -172,7 +221,7 @@ def test_bad_arguments_get_clear_errors():
 def test_gradients_match_float64_torch(approximate, dtype, device):
     x = (torch.randn(37, 65, device=device) * 3).to(dtype).requires_grad_()
     dy = torch.randn(37, 65, device=device).to(dtype)
-    y = tunekit.gelu(x, approximate)
+    y = tunekit.gelu(x, approximate=approximate)
     assert "GeluFunction" in type(y.grad_fn).__name__
     y.backward(dy)
     x64 = x.detach().double().requires_grad_()
@@ -184,7 +233,7 @@ def test_gradients_match_float64_torch(approximate, dtype, device):
 @pytest.mark.parametrize("approximate", APPROXIMATE)
 def test_gradcheck_in_float64_and_double_backward(approximate):
     x = torch.randn(8, dtype=torch.float64, requires_grad=True)
-    fn = lambda t: tunekit.gelu(t, approximate)  # noqa: E731
+    fn = lambda t: tunekit.gelu(t, approximate=approximate)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (x,))
     assert torch.autograd.gradgradcheck(fn, (x,))
     dy = torch.randn(8, dtype=torch.float64, requires_grad=True)

@@ -260,6 +260,72 @@ def test_edge_cases_follow_torch():
         tunekit.logsumexp(torch.randn(3, 4), (1, 1))
 
 
+def _logsumexp_forms():
+    """name -> a function making fresh (args, kwargs) of one call of ``torch.logsumexp``."""
+    x = lambda: torch.randn(4, 6) * 3  # noqa: E731
+    nan = lambda *shape, dtype=torch.float32: torch.full(shape, float("nan"), dtype=dtype)  # noqa: E731
+    return {
+        "keepdim-int": lambda: ((x(), 1, 1), {}),
+        "keepdim-none": lambda: ((x(), 1), {"keepdim": None}),
+        "keepdim-str": lambda: ((x(), 1), {"keepdim": "yes"}),
+        "dim-missing": lambda: ((x(),), {}),
+        "dim-none": lambda: ((x(), None), {}),
+        "dim-bool": lambda: ((x(), True), {}),
+        "dim-repeated": lambda: ((x(), (1, -1)), {}),
+        "dim-out-of-range": lambda: ((x(), 2), {}),
+        "dim-empty": lambda: ((x(), ()), {}),
+        "dim-empty-keepdim": lambda: ((x(), [], True), {}),
+        "keywords": lambda: ((), {"input": x(), "dim": [0, 1], "keepdim": True}),
+        "integer": lambda: ((torch.arange(12).view(3, 4), 1), {}),
+        "bool": lambda: ((torch.ones(3, 4, dtype=torch.bool), 0), {}),
+        "complex": lambda: ((torch.randn(3, 4, dtype=torch.complex64), 1), {}),
+        "meta": lambda: ((torch.randn(3, 4, device="meta"), 1), {}),
+        "out": lambda: ((x(), 1), {"out": nan(4)}),
+        "out-keepdim": lambda: ((x(), (0, 1), True), {"out": nan(1, 1)}),
+        "out-strided": lambda: ((x(), 1), {"out": nan(8)[::2]}),
+        "out-of-another-shape": lambda: ((x(), 1), {"out": nan(5)}),
+        "empty-out": lambda: ((x(), 1), {"out": torch.empty(0)}),
+        "out-float64": lambda: ((x(), 1), {"out": nan(4, dtype=torch.float64)}),
+        "out-float16": lambda: ((x(), 1), {"out": nan(4, dtype=torch.float16)}),
+        "out-integer": lambda: ((x(), 1), {"out": torch.zeros(4, dtype=torch.long)}),
+        "integer-into-float-out": lambda: ((torch.arange(12).view(3, 4), 1), {"out": nan(3)}),
+        "expanded-out": lambda: ((x(), 1), {"out": torch.empty(1).expand(4)}),
+        "out-in-input": lambda: (lambda t: ((t, 1), {"out": t[0, :4]}))(x()),
+        "out-with-grad": lambda: ((x().requires_grad_(), 1), {"out": nan(4)}),
+        "out-not-a-tensor": lambda: ((x(), 1), {"out": [0.0] * 4}),
+    }
+
+
+@pytest.mark.parametrize("form", list(_logsumexp_forms()))
+def test_torch_forms_give_torchs_result_warning_or_exception_type(form):
+    """Whatever torch.logsumexp does with a call, tunekit.logsumexp does (tunekit hands the forms it
+    does not compute to torch's own function): its value, its resize warning, its exception type."""
+    from elementwise_checks import assert_same_outcome, outcome, twice
+    (targs, tkwargs), (args, kwargs) = twice(_logsumexp_forms()[form])
+    theirs = outcome(torch.logsumexp, *targs, **tkwargs)
+    ours = outcome(tunekit.logsumexp, *args, **kwargs)
+    assert_same_outcome(ours, theirs, (2e-6, 2e-6), form)
+    if "out" in kwargs and ours.error is None:
+        assert ours.returned is kwargs["out"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_of_the_result_layout_is_written_by_the_tuned_op(dtype, monkeypatch):
+    """An ``out`` of the result's shape, dtype and device is tunekit's to write (the tunable op with
+    ``out`` in its params: tuning writes trial copies, the choice writes ``out``)."""
+    module = importlib.import_module("tunekit.ops.logsumexp.op")
+    seen = []
+    monkeypatch.setattr(module, "_logsumexp_call", lambda p: seen.append(p) or logsumexp_op.call(p))
+    x = fresh((9, 70), dtype, "cpu")
+    for dim, keepdim in ((1, False), (0, True), ((0, 1), False)):
+        expected = torch.logsumexp(x.double(), dim, keepdim)
+        out = torch.full(expected.shape, float("nan"), dtype=dtype)
+        assert tunekit.logsumexp(x, dim, keepdim, out=out) is out
+        close(out, expected, dtype, x)
+        assert seen[-1].out is out
+    assert len(seen) == 3
+
+
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_an_empty_dim_list_is_torchs_own_call(keepdim, recwarn, monkeypatch):
     """dim=() means whatever torch makes of it (torch 2.x: an error without keepdim, all dims with

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import tunekit
-from elementwise_checks import (DTYPES, Form, candidate_cases, check_candidate, check_candidate_on_awkward_inputs,
-                                layout_cases)
+from elementwise_checks import (DTYPES, Form, assert_same_outcome, candidate_cases, check_candidate,
+                                check_candidate_on_awkward_inputs, layout_cases, outcome, twice)
 from tunekit.ops.silu import SiluBackwardParams, SiluFunction, SiluParams, silu_backward_op, silu_op
 from tunekit.tunable import results_store, tuning
 from tunekit.tunable.numerics import compare, tolerance
@@ -124,23 +124,71 @@ def test_a_cached_call_runs_the_choices_runner_without_params(dtype, device, mon
     assert len(calls) == (1 if has_runner else 2)
 
 
-def test_bad_arguments_get_clear_errors():
+def torch_silu(input, inplace=False, *, out=None):
+    """torch's functions for tunekit.silu's forms: ``F.silu``, and ``torch._C._nn.silu`` for ``out=``."""
+    return F.silu(input, inplace) if out is None else torch._C._nn.silu(input, out=out)
+
+
+def _silu_forms():
+    """name -> a function making fresh (args, kwargs) for one call (each side gets its own)."""
+    x = lambda: torch.randn(10)  # noqa: E731
+    overlapping = lambda: (lambda buf: ((buf[:6],), {"out": buf[3:9]}))(torch.randn(10))  # noqa: E731
+    return {
+        "integer": lambda: ((torch.arange(10),), {}),
+        "bool": lambda: ((torch.ones(3, dtype=torch.bool),), {}),
+        "complex": lambda: ((torch.randn(10, dtype=torch.complex64),), {}),
+        "complex-inplace": lambda: ((torch.randn(10, dtype=torch.complex64), True), {}),
+        "not-a-tensor": lambda: (([1.0, 2.0],), {}),
+        "positional-inplace": lambda: ((x(), True), {}),
+        "truthy-inplace": lambda: ((x(),), {"inplace": 1}),
+        "input-keyword": lambda: ((), {"input": x()}),
+        "out-of-another-shape": lambda: ((x(),), {"out": torch.full((11,), float("nan"))}),
+        "empty-out": lambda: ((x(),), {"out": torch.empty(0)}),
+        "out-of-another-dtype": lambda: ((x(),), {"out": torch.empty(10, dtype=torch.float64)}),
+        "expanded-out": lambda: ((x(),), {"out": torch.empty(1).expand(10)}),
+        "overlapping-out": overlapping,
+        "inplace-on-expanded": lambda: ((torch.ones(1).expand(10),), {"inplace": True}),
+        "out-with-grad": lambda: ((x().requires_grad_(),), {"out": torch.empty(10)}),
+        "meta": lambda: ((torch.randn(10, device="meta"),), {}),
+        "float64-out": lambda: ((x().double(),), {"out": torch.full((10,), float("nan"), dtype=torch.float64)}),
+    }
+
+
+@pytest.mark.parametrize("form", list(_silu_forms()))
+def test_torch_forms_give_torchs_result_warning_or_exception_type(form):
+    """Whatever torch does with a call, tunekit.silu does: its value, its resize warning, its
+    exception type (tunekit hands the forms it does not compute to torch's own function)."""
+    make = _silu_forms()[form]
+    (targs, tkwargs), (args, kwargs) = twice(make)
+    theirs = outcome(torch_silu, *targs, **tkwargs)
+    ours = outcome(tunekit.silu, *args, **kwargs)
+    assert_same_outcome(ours, theirs, tolerance(torch.float32), form)
+    if "out" in kwargs and ours.error is None:
+        assert ours.returned is kwargs["out"]  # torch's out= returns out itself
+
+
+def test_out_together_with_inplace_is_refused():
     x = torch.randn(10)
-    with pytest.raises(TypeError, match="floating-point"):
-        tunekit.silu(torch.arange(10))
-    with pytest.raises(TypeError, match="must be a tensor"):
-        tunekit.silu([1.0, 2.0])
-    with pytest.raises(ValueError, match="shape, dtype and device"):
-        tunekit.silu(x, out=torch.empty(11))
-    with pytest.raises(ValueError, match="shape, dtype and device"):
-        tunekit.silu(x, out=torch.empty(10, dtype=torch.float64))
     with pytest.raises(ValueError, match="either out= or inplace"):
         tunekit.silu(x, out=torch.empty(10), inplace=True)
+    with pytest.raises(ValueError, match="either out= or inplace"):
+        tunekit.silu(torch.arange(3), True, out=torch.empty(3))
+
+
+def test_make_params_refuses_what_the_public_function_leaves_to_torch():
+    """``tunekit.explain`` / offline tuning build params directly: no torch function to fall back on."""
+    from tunekit.ops.silu import make_params
+    x = torch.randn(10)
+    with pytest.raises(TypeError, match="floating-point"):
+        make_params(torch.arange(10))
+    with pytest.raises(ValueError, match="out must be"):
+        make_params(x, out=torch.empty(11))
     buf = torch.randn(20)
     with pytest.raises(ValueError, match="partially overlaps"):
-        tunekit.silu(buf[:10], out=buf[5:15])
+        make_params(buf[:10], out=buf[5:15])
     with pytest.raises(ValueError, match="overlapping elements"):
-        tunekit.silu(x, out=torch.empty(1).expand(10))
+        make_params(x, out=torch.empty(1).expand(10))
+    assert make_params(x, out=x.view(10)).out is x
 
 
 def test_float64_runs_the_default_correctly():

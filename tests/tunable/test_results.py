@@ -52,7 +52,7 @@ def test_file_layout(tmp_path):
     ResultsStore(path).close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # self-contained: no -wal file
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert tables == {"entries", "untuned", "meta"}
     version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]

@@ -6,6 +6,9 @@
   medians, head-to-head timing, the copy bandwidth measured in the same run) and writes
   ``report.md``, one plot per op / direction / dtype, an overview plot per suite, and each suite's
   full tables (``<suite>.md``) and raw numbers (``<suite>.json``, the scripts' format).
+- ``tunekit bench --first-use [--ops ...] [--dtypes ...] [--out DIR] [--quick]`` runs the first-use
+  benchmark instead (:mod:`tunekit.bench.suites.first_use`: a fresh process per op family and cache
+  state, default settings) and writes ``first_use-<device>.json`` and ``.md``; on a CPU, its smoke run.
 - ``tunekit report FILE.json ... --out DIR`` (also ``python -m tunekit.bench.report``) draws the same
   report from files already written (the committed ``benchmarks/results/*.json``, a bench folder's
   JSON, ``tunekit explore --json`` output), so plots never need a GPU.
@@ -26,7 +29,7 @@ from pathlib import Path
 from .._version import __version__
 from .suites.common import DTYPES
 
-__all__ = ["BENCH_OPS", "bench", "main", "plot_explore", "report_from_files", "write_report"]
+__all__ = ["BENCH_OPS", "bench", "first_use_command", "main", "plot_explore", "report_from_files", "write_report"]
 
 # op name (as `tunekit ops` lists it) -> (suite, what of the suite runs it: activations case names, logsumexp directions)
 BENCH_OPS = {
@@ -248,7 +251,12 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="also time torch.compile (default: on, off with --quick)")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True, help="PNG plots (needs matplotlib)")
-    p.add_argument("--time-limit", type=float, help="seconds after which no new logsumexp row starts")
+    p.add_argument("--time-limit", type=float,
+                   help="seconds after which no new logsumexp row starts (--first-use: for the whole run)")
+    p.add_argument("--first-use", action="store_true",
+                   help=("instead of the suites: the first-use benchmark (fresh processes, default settings, empty "
+                         "and warm caches; first-call wall, calls until final, device time against offline tuning, "
+                         "eager and torch.compile) into --out/first_use-<device>.json and .md"))
 
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
@@ -262,10 +270,34 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dpi", type=int, default=100)
 
 
+def first_use_command(args, device) -> int:
+    """``tunekit bench --first-use``: the first-use benchmark of the families of ``--ops``; a GPU run is
+    "full" (``--quick``: fewer logsumexp shapes), a CPU run the smoke run (tiny shapes, no compile)."""
+    from .suites import first_use
+
+    ops, dtypes = _flatten(args.ops), _flatten(args.dtypes)
+    # a family's process measures both directions: silu_backward -> silu, gelu -> gelu and gelu_tanh
+    families = list(dict.fromkeys(case.removesuffix("_bwd") if suite == "activations" else suite
+                                  for suite, cases in (BENCH_OPS[op] for op in ops) for case in cases))
+    options = dict(first_use.PRESETS["smoke" if device.type == "cpu" else "quick" if args.quick else "full"])
+    options.update(families=families, dtypes=dtypes, device=str(device))
+    for key, value in (("repeats", args.repeats), ("compile", args.compile), ("time_limit", args.time_limit)):
+        if value is not None:
+            options[key] = value
+    command = " ".join(["tunekit bench --first-use", "--ops", ",".join(ops), "--dtypes", ",".join(dtypes), "--out",
+                        str(args.out)] + ["--quick"] * args.quick)
+    raw = first_use.run(**options, command=command, on_update=lambda partial: first_use.write_files(partial, args.out))
+    files = first_use.write_files(raw, Path(args.out))
+    print(f"wrote {len(files)} files into {args.out}: " + ", ".join(f.name for f in files))
+    return 0
+
+
 def bench_command(args, device) -> int:
     """``tunekit bench`` (the CLI resolves ``device``)."""
     from .plots import MatplotlibMissing
 
+    if args.first_use:
+        return first_use_command(args, device)
     ops, dtypes = _flatten(args.ops), _flatten(args.dtypes)
     command = " ".join(["tunekit bench", "--ops", ",".join(ops), "--dtypes", ",".join(dtypes), "--out", str(args.out)]
                        + ["--quick"] * args.quick + ([f"--repeats {args.repeats}"] if args.repeats else [])

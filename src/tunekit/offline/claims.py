@@ -16,12 +16,11 @@ write goes through the store's lock, busy timeout and retries.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 
-from ..tunable.entries import UntunedRecord
+from ..tunable.entries import UntunedRecord, untuned_from_row
 from ..tunable.results import ResultsStore
 
 __all__ = ["CLAIMS_TABLE", "owner_id", "owner_alive", "pending", "unfinished", "claim_next", "release", "mark"]
@@ -77,11 +76,12 @@ def _wanted(row, ops, keys) -> bool:
 
 
 def _record(row) -> UntunedRecord:
+    """The record of a row; a damaged one (spec or first_seen unparseable) is claimed like any other
+    and fails with its ``damaged`` reason, so it is reported instead of stopping the run."""
     try:
-        spec = json.loads(row[3])
-    except (TypeError, ValueError):
-        spec = None  # a damaged spec is claimed like any other and fails with a reason
-    return UntunedRecord(row[0], row[1], row[2], spec, float(row[4]))
+        return untuned_from_row(*row[:5])
+    except ValueError as exc:
+        return UntunedRecord(str(row[0]), str(row[1]), str(row[2]), None, 0.0, damaged=str(exc))
 
 
 def pending(store: ResultsStore, device: str, *, ops=None, keys=None) -> tuple[list[UntunedRecord], int]:

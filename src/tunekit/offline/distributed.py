@@ -40,8 +40,8 @@ from .rebuild import rebuild_params
 from .recorded import as_store, check_ops, forget_ops
 from .summary import Progress, TuneSummary
 from .tune_one import ATTEMPTS, default_device, entry_problems, offline_settings, tune_params
-from ..tunable import tunable_op, validators
-from ..tunable.errors import TunekitWarning
+from ..tunable import context, tunable_op, validators
+from ..tunable.errors import SettingsError, TunekitWarning
 from ..tunable.registry import get_op
 from ..tunable.screen import reason
 from ..tunable.stores import results_store
@@ -84,11 +84,17 @@ def enabled(group=None):
 
 
 def enable_from_environment() -> bool:
-    """:func:`enable` when ``TUNEKIT_DISTRIBUTED`` is 1/true/yes/on (for ``tunekit/__init__.py``)."""
-    if os.environ.get("TUNEKIT_DISTRIBUTED", "").strip().lower() in ("1", "true", "yes", "on"):
+    """:func:`enable` when ``TUNEKIT_DISTRIBUTED`` is 1/true/yes/on (for ``tunekit/__init__.py``); unset
+    or 0/false/no/off leaves it off. Any other value is a SettingsError naming the variable (the
+    ``tunekit`` command prints it as one line and exits 2)."""
+    try:
+        on = context.environment_flag("TUNEKIT_DISTRIBUTED", False)
+    except SettingsError as error:
+        context.exit_if_command(error)
+        raise
+    if on:
         enable()
-        return True
-    return False
+    return on
 
 
 def init_from_environment(backend: str | None = None) -> bool:
@@ -120,11 +126,13 @@ def _source(group) -> int:
 
 
 def decide(op, params, s, signature, device, device_name) -> Resolution:
-    """The runtime's decider while enabled: rank 0 decides, every rank follows (module docstring)."""
+    """The runtime's decider while enabled: rank 0 decides, every rank follows (module docstring).
+    Rank 0 tunes in one call (``incremental=False``): a tuning spread over calls would resume on
+    rank 0 alone, out of step with the collectives of the other ranks."""
     group = _group
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     if capturing or not _active(group):
-        return op.decide_here(params, s, signature, device, device_name)
+        return op.decide_here(params, s, signature, device, device_name, incremental=False)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     met = [None] * world
     dist.all_gather_object(met, [op.name, signature], group=group)
@@ -135,7 +143,7 @@ def decide(op, params, s, signature, device, device_name) -> Resolution:
     payload, result, error = None, None, None
     if rank == 0:
         try:
-            result = op.decide_here(params, s, signature, device, device_name)
+            result = op.decide_here(params, s, signature, device, device_name, incremental=False)
             payload = {"choice": result.candidate.name, "why": result.why, "cache": result.cache,
                        "entry": result.entry, "tuned_now": result.why.startswith("tuned now")}
         except Exception as exc:  # the others must not wait for an answer that never comes

@@ -10,20 +10,20 @@ import time
 from .recorded import as_store, check_ops, tune_recorded
 from .summary import TuneSummary
 from ..tunable.errors import ResultsImportError
-from ..tunable.entries import UntunedRecord
+from ..tunable.entries import UntunedRecord, write_whole
 
 __all__ = ["export_untuned", "read_untuned", "import_untuned", "tune_file"]
 
 
 def export_untuned(store, path, *, ops=None, device: str | None = None) -> int:
-    """Write untuned records (of these op names / this device name) as JSON lines; return how many."""
+    """Write untuned records (of these op names / this device name) as JSON lines, the file whole or not at
+    all; return how many."""
     ops = check_ops(ops)
     records = [r for r in as_store(store).untuned()
                if (ops is None or r.op in ops) and (device is None or r.device == device)]
-    with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps({"op": r.op, "signature": r.signature, "device": r.device, "spec": r.spec,
-                                "first_seen": r.first_seen}, sort_keys=True) + "\n")
+    write_whole(path, lambda f: f.writelines(
+        json.dumps({"op": r.op, "signature": r.signature, "device": r.device, "spec": r.spec,
+                    "first_seen": r.first_seen}, sort_keys=True) + "\n" for r in records))
     return len(records)
 
 

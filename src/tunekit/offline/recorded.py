@@ -37,6 +37,7 @@ from .tune_one import ATTEMPTS, default_device, entry_problems, offline_settings
 from ..tunable import context, validators
 from ..tunable.registry import get_op
 from ..tunable.entries import UntunedRecord
+from ..tunable.errors import ResultsStoreError
 from ..tunable.results import ResultsStore
 from ..tunable.screen import reason
 from ..tunable.stores import results_store
@@ -51,8 +52,11 @@ DEFAULT_LEASE_S = 1800.0
 def process(store: ResultsStore, record: UntunedRecord, device: torch.device, settings, owner: str,
             attempts: int = ATTEMPTS) -> tuple[str, str]:
     """Tune one claimed record; ("tuned" | "incomplete" | "already" | "failed", reason). The entry is
-    stored before the record is removed and the claim released."""
+    stored before the record is removed and the claim released. ResultsStoreError when the store
+    cannot save it (its file failed in use): the run must stop rather than lose every later entry."""
     try:
+        if record.damaged:
+            raise ValueError(f"damaged record in the results file: {record.damaged}")
         op = get_op(record.op)
         entry = store.get(record.op, record.signature, record.device)
         if not entry_problems(op, entry, device):
@@ -64,6 +68,9 @@ def process(store: ResultsStore, record: UntunedRecord, device: torch.device, se
             raise ValueError(f"the rebuilt inputs give signature {params.signature()!r}")
         entry = tune_params(op, params, settings, attempts=attempts)
         store.put(entry)
+        store.require_writable("save tuning results")  # the file failed: stop, loudly, losing no more
+    except ResultsStoreError:
+        raise
     except BaseException as exc:
         if not isinstance(exc, Exception):  # Ctrl-C, SystemExit: give the item back, then stop
             with contextlib.suppress(Exception):
@@ -83,9 +90,11 @@ def work(store: ResultsStore, device: torch.device, settings, *, run: str, owner
          ops=None, keys=None, lease_s: float = DEFAULT_LEASE_S, attempts: int = ATTEMPTS,
          event: Callable[[str, str], None] | None = None) -> TuneSummary:
     """Claim and tune records of ``device``'s name until none is free (one worker's loop).
-    ``event(kind, label)``: "start" before an item, then its outcome."""
+    ``event(kind, label)``: "start" before an item, then its outcome. ResultsStoreError when the
+    store does not save what is tuned (read-only, or its file failed)."""
     owner = owner or claims.owner_id()
     summary = TuneSummary(device=validators.device_name(device))
+    store.require_writable("tune")  # tuning into a file that drops or forgets the entries is lost work
     while True:
         record = claims.claim_next(store, summary.device, owner=owner, run=run, lease_s=lease_s, ops=ops,
                                     keys=keys)
@@ -135,6 +144,7 @@ def tune_recorded(store=None, *, ops=None, device=None, progress: Progress | Non
     """
     store, device = as_store(store), torch.device(device) if device is not None else default_device()
     ops, settings = check_ops(ops), offline_settings(settings, store)
+    store.require_writable("tune")
     start = time.perf_counter()
     name = validators.device_name(device)
     records, _ = claims.pending(store, name, ops=ops, keys=keys)

@@ -27,8 +27,12 @@ def run(store=None, *, ops=None, gpus=None, file=None, settings=None, progress: 
     - ``gpus`` ("all", a count "N", indices "0,2", or a list): one worker per GPU, sharing the store
       file (:func:`tunekit.offline.parallel.tune_parallel`).
     - Otherwise: this process, on ``device`` (default: the current GPU, else the CPU).
+
+    ResultsStoreError when the store cannot save entries (a read-only file, or one unusable and
+    replaced by memory): the run would only lose its work.
     """
     store = as_store(store)
+    store.require_writable("tune")  # before anything: tuned entries would be dropped or lost at exit
     keys = import_untuned(store, file) if file is not None else None
     if distributed.init_from_environment():
         import torch.distributed as dist

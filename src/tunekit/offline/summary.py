@@ -28,6 +28,17 @@ class TuneSummary:
     workers: list = field(default_factory=list)  # per worker: {"worker", "device", "tuned", ..., "exitcode"}
 
     @property
+    def worker_errors(self) -> list[str]:
+        """One line per worker process that failed (its exception's last line)."""
+        return [f"worker {w.get('worker')} [{w.get('device')}]: {(w['error'].strip().splitlines() or ['?'])[-1]}"
+                for w in self.workers if w.get("error")]
+
+    @property
+    def ok(self) -> bool:
+        """Nothing failed: no signature, no worker."""
+        return not self.failed and not self.worker_errors
+
+    @property
     def done(self) -> int:
         return self.tuned + self.incomplete + self.already + len(self.failed)
 
@@ -52,6 +63,7 @@ class TuneSummary:
         if self.other_devices:
             lines.append(f"  {self.other_devices} record(s) of other devices were left alone")
         lines += [f"  failed: {op} {sig}: {why}" for op, sig, why in self.failed]
+        lines += [f"  failed: {line}" for line in self.worker_errors]
         return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""Shipping tuning results between machines: export a store's entries, import those valid here.
+"""Shipping tuning results between machines: export a store's entries, import those valid here (and
+:func:`describe`: a store's entries for review).
 
 Why: tuning a model's signatures once on one machine serves every machine of the same GPU model
 running the same software. But an entry is only right where its validators hold (device name and
@@ -23,6 +24,7 @@ The file format is the store's CSV (``ResultsStore.export_csv``): JSON inside ce
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import torch
@@ -34,7 +36,8 @@ from ..tunable.entries import Entry
 from ..tunable.registry import get_op
 from ..tunable.results import ResultsStore
 
-__all__ = ["ImportReport", "export_results", "import_results", "local_devices", "entry_problem"]
+__all__ = ["ImportReport", "export_results", "import_results", "local_devices", "entry_problem", "describe",
+           "entry_json"]
 
 
 @dataclass
@@ -97,9 +100,12 @@ def import_results(store, path, *, check: bool = True) -> ImportReport:
     """Import a CSV of entries into ``store``: those valid on this machine (``check=False``: all).
 
     A malformed file raises ``ResultsImportError`` (every bad row listed) and imports nothing. An
-    incomplete imported entry does not replace a complete local one that is valid here.
+    incomplete imported entry does not replace a complete local one that is valid here. A store that
+    cannot save the entries (read-only, or its file unusable) raises ``ResultsStoreError``, before
+    anything is written or, if its file fails on the way, after: never a report of entries not saved.
     """
     store = as_store(store)
+    store.require_writable("import results")
     staging = ResultsStore(":memory:")
     try:
         staging.import_csv(path)
@@ -121,5 +127,33 @@ def import_results(store, path, *, check: bool = True) -> ImportReport:
         if e.complete:
             store.remove_untuned(e.op, e.signature, e.device)
         report.imported.append(key)
+    store.require_writable("import results")
     forget_ops(op for op, _, _ in report.imported)
     return report
+
+
+def entry_json(e: Entry) -> dict:
+    """An entry as plain JSON values."""
+    return {"op": e.op, "signature": e.signature, "device": e.device, "choice": e.choice, "complete": e.complete,
+            "tuned_at": e.tuned_at, "tuning_ms": e.tuning_ms, "validators": e.validators,
+            "candidates": {k: vars(v) for k, v in e.candidates.items()}}
+
+
+def describe(store: ResultsStore, op: str | None = None, *, as_json: bool = False) -> str:
+    """The store's entries (of ``op``) for review (``tunekit results show``): a line per entry and per
+    recorded untuned signature, or the entries as a JSON list."""
+    entries = store.entries(op)
+    if as_json:
+        return json.dumps([entry_json(e) for e in entries], indent=2)
+    note = f" (read-only: {store.read_only})" if store.read_only else ""
+    lines = [f"{store.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}{note}"]
+    for e in entries:
+        flag = "" if e.complete else "  (incomplete)"
+        t = e.candidates.get(e.choice)
+        ms = f"{t.time_ms * 1e3:.2f} us" if t is not None and t.time_ms is not None else ""
+        lines.append(f"  {e.op:<10} {e.signature:<48} {e.device:<28} -> {e.choice} {ms}{flag}")
+    untuned = store.untuned(op)
+    if untuned:
+        lines.append(f"{len(untuned)} signature(s) recorded untuned")
+        lines += [f"  {u.op:<10} {u.signature:<48} {u.device}" for u in untuned]
+    return "\n".join(lines)

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from ._shared import routing
-from ._shared.arguments import check_float_tensor, check_gradient_pair, check_traced_out, elementwise_destination
+from ._shared.arguments import (TORCH, check_float_tensor, check_gradient_pair, computes, elementwise_destination,
+                                elementwise_target, traced_computes)
 from ._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
 from ._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
 from ._shared.family import OpFamily, PatchTarget
@@ -39,6 +40,8 @@ __all__ = ["SiluParams", "SiluBackwardParams", "SiluFunction", "SiLU", "silu", "
            "silu_backward_op", "compiled_silu", "compiled_silu_backward", "FAMILY"]
 
 _silu = torch._C._nn.silu
+_silu_ = torch._C._nn.silu_
+_F_silu = F.silu  # torch's own function, bound before any tunekit.patch() replaces the attribute
 _aten_silu_backward = torch.ops.aten.silu_backward.default
 _aten_silu_backward_out = torch.ops.aten.silu_backward.grad_input
 _grad_enabled = torch.is_grad_enabled
@@ -59,7 +62,7 @@ def torch_silu(p: SiluParams) -> torch.Tensor:
     if p.out is None:
         return _silu(p.x)  # F.silu without its Python wrapper (the binding still honours __torch_function__)
     if p.out is p.x:
-        return F.silu(p.x, inplace=True)
+        return _silu_(p.x)
     return _silu(p.x, out=p.out)
 
 
@@ -133,27 +136,42 @@ class SiluFunction(torch.autograd.Function):
             return silu_backward(dy, x)
 
 
-def silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = False) -> torch.Tensor:
+def silu(input: torch.Tensor, inplace: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """``x * sigmoid(x)``, element by element, by the fastest correct candidate for these inputs.
 
-    Same results and semantics as ``torch.nn.functional.silu``; ``out=`` writes into a given tensor,
-    ``inplace=True`` into ``x``. Differentiable: a tensor that requires grad gets the tuned backward.
-    ``out=`` and ``inplace=True`` under autograd run PyTorch's kernel, with PyTorch's rules.
+    ``torch.nn.functional.silu(input, inplace=False)``'s arguments, results and errors, and an
+    ``out=`` as ``torch._C._nn.silu``'s. Differentiable: a tensor that requires grad gets the tuned
+    backward. What tunekit does not compute (``ops/_shared/arguments.py``: other dtypes, subclasses,
+    devices, ``out=`` torch resizes or refuses, ``out=`` / in place under autograd) runs torch's own
+    function with the same arguments.
     """
     if _is_compiling():  # torch.compile: the custom op, no graph break
-        return compiled_silu(x, out=out, inplace=inplace)
+        return compiled_silu(input, inplace, out=out)
     if out is None and not inplace:  # the common call, kept short
-        y = silu_op.fast_call(x)  # the cached choice's runner (tunable/fast_path.py), or None
+        y = silu_op.fast_call(input)  # the cached choice's runner (tunable/fast_path.py), or None
         if y is not None:
             return y
-        if type(x) is torch.Tensor and x.is_floating_point():
-            if not (x.requires_grad and _grad_enabled()):
-                return _silu_call(SiluParams(x))
-            return SiluFunction.apply(x)
-    params = make_params(x, out=out, inplace=inplace)
-    if x.requires_grad and torch.is_grad_enabled():
-        return SiluFunction.apply(x) if params.out is None else torch_silu(params)
-    return _silu_call(params)
+        if not computes(input):
+            return _F_silu(input)
+        if not (input.requires_grad and _grad_enabled()):
+            return _silu_call(SiluParams(input))
+        return SiluFunction.apply(input)
+    if inplace and out is not None:
+        raise ValueError("tunekit.silu: pass either out= or inplace=True, not both")
+    if not computes(input) or (input.requires_grad and _grad_enabled()):
+        return _torch_silu(input, inplace, out)
+    where = elementwise_target(input, out, inplace)
+    if where is TORCH:
+        return _torch_silu(input, inplace, out)
+    y = _silu_call(SiluParams(input, where))
+    return y if out is None else out
+
+
+def _torch_silu(input, inplace, out):
+    """torch's own silu for a form tunekit leaves to it: its result, warning or exception."""
+    if out is None:
+        return _F_silu(input, inplace)
+    return _silu(input, out=out)
 
 
 def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -226,15 +244,14 @@ silu_custom.register_autograd(_silu_grad, setup_context=save_inputs)
 silu_backward_custom.register_autograd(_silu_backward_grad, setup_context=save_inputs)
 
 
-def compiled_silu(x: torch.Tensor, *, out: torch.Tensor | None = None, inplace: bool = False) -> torch.Tensor:
-    """``tunekit.silu`` under torch.compile: ``tunekit::silu``, or torch's op for out= / inplace."""
-    check_float_tensor("silu", x)
-    if out is None and not inplace:
-        return tunekit_ops.silu(x)
-    check_traced_out("silu", x, out, inplace)
-    if inplace or out is x:
-        return torch.nn.functional.silu(x, inplace=True)
-    return torch._C._nn.silu(x, out=out)
+def compiled_silu(input: torch.Tensor, inplace: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``tunekit.silu`` under torch.compile: ``tunekit::silu`` for the functional form of a tensor
+    tunekit computes; torch's ops for the rest (``out=`` and in place: the compiler functionalizes them)."""
+    if inplace and out is not None:
+        raise ValueError("tunekit.silu: pass either out= or inplace=True, not both")
+    if out is None and not inplace and traced_computes(input):
+        return tunekit_ops.silu(input)
+    return _torch_silu(input, inplace, out)
 
 
 def compiled_silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -249,7 +266,7 @@ def routed_silu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     state = routing.state
     state.inside = True
     try:
-        return silu(x, inplace=True) if inplace else silu(x)
+        return silu(x, True) if inplace else silu(x)
     finally:
         state.inside = False
 

@@ -4,7 +4,9 @@ Settings are an immutable :class:`TuningSettings` held in a ``contextvars.Contex
 ``with tunekit.tuning(...)`` block changes them for the current thread (and asyncio task) only and
 restores them on exit, even on an exception. Defaults come from ``TUNEKIT_*`` environment variables
 read once at import (``reload_environment()`` re-reads them); ``configure(...)`` changes the
-process-wide defaults that new threads start from.
+process-wide defaults that new threads start from. Every value is checked, from the environment or
+from code alike: one tunekit cannot use is an error naming the setting (for a variable, its name
+and value), never a silent default.
 
 The cached call path reads one ContextVar per call and nothing else from here.
 """
@@ -14,10 +16,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import math
+import numbers
 import os
+import sys
 from dataclasses import dataclass
 
-__all__ = ["TuningSettings", "tuning", "current", "configure", "reload_environment", "ENV_VARS"]
+from .errors import SettingsError
+
+__all__ = ["TuningSettings", "tuning", "current", "configure", "reload_environment", "ENV_VARS",
+           "environment_flag", "SettingsError"]
 
 
 @dataclass(frozen=True)
@@ -58,14 +66,8 @@ class TuningSettings:
     cuda_graph: bool = True
 
     def __post_init__(self):
-        if self.max_tuning_ms <= 0:
-            raise ValueError(f"max_tuning_ms must be > 0, got {self.max_tuning_ms}")
-        if not self.tuning_step_ms > 0:
-            raise ValueError(f"tuning_step_ms must be > 0, got {self.tuning_step_ms}")
-        if not 0.0 <= self.margin < 1.0:
-            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
-        if self.prune_ratio < 1.0:
-            raise ValueError(f"prune_ratio must be >= 1, got {self.prune_ratio}")
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _checked(f.name, getattr(self, f.name), f.default))
         # Which in-memory choice cache these settings use (a plain attribute: read on every call).
         object.__setattr__(self, "cache_id", (self.results or "", self.tuning, self.use_stored))
 
@@ -79,24 +81,77 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TuningSettings)}
 ENV_VARS = {name: "TUNEKIT_" + name.upper() for name in _FIELDS}
 
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_FALSE = {"0", "false", "no", "off"}
+#: what each number setting must be: (test, words for the message); NaN never passes, and infinity
+#: only where the words say so (a number setting not named here: any finite number)
+_RANGES = {
+    "max_tuning_ms": (lambda x: 0 < x < math.inf, "a finite number > 0"),
+    "tuning_step_ms": (lambda x: x > 0, "a number > 0 (inf: no limit)"),
+    "margin": (lambda x: 0.0 <= x < 1.0, "a number in [0, 1)"),
+    "prune_ratio": (lambda x: 1.0 <= x < math.inf, "a finite number >= 1"),
+}
+
+
+def _checked(name: str, value, default):
+    """``value`` for the setting ``name``, normalised (0/1 -> bool, int -> float); TypeError for the
+    wrong kind of value, SettingsError (a ValueError) for one out of range: never a silent fallback."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if type(value).__name__ == "bool_" or (isinstance(value, numbers.Integral) and value in (0, 1)):
+            return bool(value)  # numpy's bool, or 0 / 1
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a number, got {value!r}")
+        value = float(value)
+        test, words = _RANGES.get(name, (math.isfinite, "a finite number"))
+        if math.isnan(value) or not test(value):
+            raise SettingsError(f"{name} must be {words}, got {value!r}")
+        return value
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} must be a path (str) or None, got {value!r}")
+    return value
+
+
+def _shown(text: str) -> str:
+    """An environment value as an error message shows it: quoted, one line, not too long."""
+    return repr(text) if len(text) <= 60 else repr(text[:60]) + "..."
+
+
+def environment_flag(var: str, default: bool) -> bool:
+    """A boolean environment variable: ``default`` when unset; 1/0/true/false/yes/no/on/off (any case)
+    otherwise. Anything else, the empty value included, is a SettingsError naming the variable: a
+    typo must not silently switch a feature off (or leave it on)."""
+    text = os.environ.get(var)
+    return default if text is None else _flag(var, text)
+
+
+def _flag(var: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    empty = " (empty: unset the variable for the default)" if not value else ""
+    raise SettingsError(f"{var}={_shown(text)}: expected one of 1/0/true/false/yes/no/on/off{empty}")
 
 
 def _parse(name: str, text: str):
-    kind = type(getattr(TuningSettings(), name)) if name != "results" else str
-    if kind is bool:
-        value = text.strip().lower()
-        if value in _TRUE:
-            return True
-        if value in _FALSE:
-            return False
-        raise ValueError(f"{ENV_VARS[name]}={text!r}: expected one of 1/0/true/false/yes/no/on/off")
-    if kind is float:
+    """One setting's environment text -> its value; SettingsError naming the variable."""
+    var, default = ENV_VARS[name], _FIELDS[name].default
+    if isinstance(default, bool):
+        return _flag(var, text)
+    if isinstance(default, float):
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
-            raise ValueError(f"{ENV_VARS[name]}={text!r}: expected a number") from None
-    return text or None
+            raise SettingsError(f"{var}={_shown(text)}: expected a number") from None
+        try:
+            return _checked(name, value, default)
+        except ValueError as exc:
+            raise SettingsError(f"{var}={_shown(text)}: {exc}") from None
+    return text if text.strip() else None  # results: empty means the default path
 
 
 def _from_environment() -> TuningSettings:
@@ -107,7 +162,33 @@ def _from_environment() -> TuningSettings:
     return TuningSettings(**values)
 
 
-_defaults = _from_environment()
+def _started_as_command() -> bool:
+    """True while the ``tunekit`` command (the console script, or ``python -m tunekit`` while its
+    package is imported) is starting: an error then is the command's, not a library caller's."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) in ("tunekit", "tunekit.exe", "tunekit-script.py"):
+        return True
+    if argv0 != "-m":  # python -m sets argv[0] to "-m" while it imports the module's package
+        return False
+    orig = list(getattr(sys, "orig_argv", ()))
+    return "-mtunekit" in orig or any(a == "-m" and b == "tunekit" for a, b in zip(orig, orig[1:]))
+
+
+def exit_if_command(error: SettingsError) -> None:
+    """Called with an environment error met while tunekit is imported: when the ``tunekit`` command
+    is starting, print ``tunekit: <error>`` and exit 2 (its ``main`` cannot catch what happens before
+    it exists); otherwise return, and the caller raises the error."""
+    if _started_as_command():
+        print(f"tunekit: {error}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+try:
+    _defaults = _from_environment()
+except SettingsError as _error:
+    exit_if_command(_error)
+    raise
+
 _current: contextvars.ContextVar[TuningSettings | None] = contextvars.ContextVar("tunekit_settings", default=None)
 
 
@@ -136,7 +217,10 @@ def _normalise(changes: dict) -> dict:
     if unknown:
         raise TypeError(f"unknown tuning setting(s): {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}")
     if changes.get("results") is not None:
-        changes["results"] = os.fspath(changes["results"])
+        try:
+            changes["results"] = os.fspath(changes["results"])
+        except TypeError:
+            raise TypeError(f"results must be a path or None, got {changes['results']!r}") from None
     return changes
 
 

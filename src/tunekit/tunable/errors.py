@@ -5,6 +5,16 @@ class TunekitWarning(UserWarning):
     """Something went wrong that tunekit recovered from (a bad results file, a failed tuning)."""
 
 
+class SettingsError(ValueError):
+    """A setting has a value tunekit cannot use; the message is one line naming the setting (for an
+    environment variable, the variable and its value), so the ``tunekit`` command can print it as is."""
+
+
+class ResultsStoreError(RuntimeError):
+    """Results cannot be saved where they were asked to go: the file is read-only, or unusable and
+    replaced by memory. Raised by explicit writes (import, offline tuning) instead of losing them."""
+
+
 class ResultsImportError(ValueError):
     """A results file could not be imported; ``errors`` lists every bad row as (row number, reason)."""
 

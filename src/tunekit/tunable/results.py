@@ -1,20 +1,21 @@
 """Persistent store of tuning results: which candidate won for an (op, signature, device).
 
-Tuning is expensive, so its outcome is kept in an SQLite file that many processes (loader
-workers, parallel tests, jobs on one node) read and write at once: WAL mode, ``BEGIN
-IMMEDIATE`` writes and a long busy timeout make that safe without a server.  Nested data is
-JSON, never pickle (:mod:`tunekit.tunable.entries`).
+Tuning is expensive, so its outcome is kept in an SQLite file that many processes (loader workers,
+parallel tests, jobs on one node) read and write at once: ``BEGIN IMMEDIATE`` writes and a long busy
+timeout make that safe without a server. A rollback journal keeps the file self-contained: a
+committed write is in the file itself, so a copy of the file alone has every entry. Nested data is
+JSON, never pickle; schema and row format: :mod:`tunekit.tunable.entries`. Stdlib only (no torch).
 
-The store never takes the program down.  A file that is corrupt, foreign or unwritable is
-left untouched; the store warns once and carries on as an empty in-memory store, so tuning
-still works but is not saved.  Stdlib only (no torch), so tools can read results cheaply.
-The values it stores and their row format are :mod:`tunekit.tunable.entries`.
-"""
+The store never takes the program down, and never loses data without saying so. A read-only file
+(a container image, a read-only mount) is read as usual; writes are dropped with one warning. A
+corrupt, foreign or unusable file is left untouched: one warning, then an empty in-memory store, so
+tuning still works but is not saved. Explicit writes (imports, offline tuning) check ``writable``
+or call ``require_writable`` and fail instead."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
-import csv
 import json
 import os
 import pathlib
@@ -23,33 +24,21 @@ import sqlite3
 import sys
 import threading
 import time
+import urllib.parse
 import warnings
 import weakref
 
-from .entries import (CSV_COLUMNS, CandidateRecord, Entry, UntunedRecord, check_entry, default_results_path, from_csv,
-                      load_rows, to_row)
-from .errors import ResultsImportError, TunekitWarning
+from .entries import (APPLICATION_ID, CSV_COLUMNS, SCHEMA, SCHEMA_VERSION, CandidateRecord, Entry, UntunedRecord,
+                      check_entry, default_results_path, inspect_schema, load_rows, load_untuned, read_csv, to_row,
+                      write_csv)
+from .errors import ResultsStoreError, TunekitWarning
 
 __all__ = ["ResultsStore", "SCHEMA_VERSION", "APPLICATION_ID", "CandidateRecord", "Entry", "UntunedRecord",
            "default_results_path"]
 
-SCHEMA_VERSION = 1
-APPLICATION_ID = 0x544B5231  # "TKR1" in PRAGMA application_id marks the file as ours
-
 _BUSY_TIMEOUT_MS = 30_000
 _LOCK_RETRIES = 5
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_KEY_COLUMNS = "op TEXT NOT NULL, signature TEXT NOT NULL, device TEXT NOT NULL"
-_SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS entries ({_KEY_COLUMNS}, choice TEXT NOT NULL, complete INTEGER NOT NULL,"
-    " validators TEXT NOT NULL, candidates TEXT NOT NULL, tuned_at REAL NOT NULL,"
-    " tuning_ms REAL NOT NULL, PRIMARY KEY (op, signature, device))",
-    f"CREATE TABLE IF NOT EXISTS untuned ({_KEY_COLUMNS}, spec TEXT NOT NULL, first_seen REAL NOT NULL,"
-    " PRIMARY KEY (op, signature, device))",
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
-    f"INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
-    f"PRAGMA application_id = {APPLICATION_ID}",  # part of the transaction, like the tables
-)
 _IS_KEY = "op = ? AND signature = ? AND device = ?"
 _SELECT_ENTRIES = f"SELECT {', '.join(CSV_COLUMNS)} FROM entries"
 _UPSERT_ENTRY = (f"INSERT OR REPLACE INTO entries ({', '.join(CSV_COLUMNS)}) "
@@ -61,8 +50,7 @@ class _Problem(Exception):
 
 
 def _retry(fn):
-    """Call fn, retrying when SQLite reports a lock it did not wait out (rare with the busy
-    timeout, but e.g. switching to WAL fails at once while another process holds a lock)."""
+    """Call fn, retrying when SQLite reports a lock it did not wait out (rare with the busy timeout)."""
     for attempt in range(_LOCK_RETRIES):
         try:
             return fn()
@@ -79,57 +67,44 @@ def _transaction(conn: sqlite3.Connection, fn, mode: str = "IMMEDIATE"):
     try:
         result = fn(conn)
         conn.execute("COMMIT")
-        return result
     finally:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+    if mode == "IMMEDIATE":  # a file still in WAL mode: the commit into the main file (no-op otherwise)
+        with contextlib.suppress(sqlite3.Error):  # committed: a failed checkpoint loses nothing
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    return result
 
 
-def _connect(target: str) -> sqlite3.Connection:
-    """A connection with no implicit transactions (we BEGIN/COMMIT ourselves); one to
-    ":memory:" comes with the tables made."""
+def _connect(target: str, uri: bool = False) -> sqlite3.Connection:
+    """A connection with no implicit transactions (we BEGIN/COMMIT); one to ":memory:" has the tables."""
     conn = sqlite3.connect(target, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                           check_same_thread=False)
+                           check_same_thread=False, uri=uri)
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-    for statement in _SCHEMA if target == ":memory:" else ():
+    for statement in SCHEMA if target == ":memory:" else ():
         conn.execute(statement)
     return conn
 
 
-def _inspect(conn: sqlite3.Connection) -> str:
-    """Return "new" for an empty database, "ours" for a tunekit store; raise _Problem otherwise.
-    Call in a transaction: between two autocommit reads another process could create the
-    schema, and we would see its tables without its application_id."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if app_id == 0 and not tables:
-        return "new"
-    if app_id != APPLICATION_ID:
-        raise _Problem(f"is an SQLite database of another application (application_id {app_id:#x})")
-    missing = sorted({"entries", "untuned", "meta"} - tables)
-    if missing:
-        raise _Problem(f"is missing table(s) {', '.join(missing)}")
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    version = str(row[0]) if row else ""
-    if not version.isdigit() or int(version) < 1:
-        raise _Problem(f"has an invalid schema_version {version!r}")
-    if int(version) > SCHEMA_VERSION:
-        raise _Problem(f"was written by a newer tunekit (schema version {version}, "
-                       f"this one reads {SCHEMA_VERSION})")
-    return "ours"
-
-
 def _create_schema(conn: sqlite3.Connection) -> None:
     """Create the tables unless another process won the race to do so."""
-    if _inspect(conn) == "new":  # look again, now holding the write lock
-        for statement in _SCHEMA:
+    if inspect_schema(conn) == "new":  # look again, now holding the write lock
+        for statement in SCHEMA:
             conn.execute(statement)
 
 
-def _open_file(path: str) -> sqlite3.Connection:
-    """Open (creating if needed) the store at path, or raise _Problem saying why it cannot be
-    used.  Nothing is written before the file is known to be empty or ours."""
-    p = pathlib.Path(path)
+def _check(conn: sqlite3.Connection) -> str:
+    """inspect_schema ("new" or "ours"), then a quick_check of a store of ours."""
+    state = _retry(lambda: _transaction(conn, inspect_schema, "DEFERRED"))
+    if state == "ours":
+        check = conn.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            raise _Problem(f"is corrupt (quick_check: {' '.join(str(check[0][0]).split())[:200]})")
+    return state
+
+
+def _header(p: pathlib.Path) -> bytes | None:
+    """The file's first bytes (None when it does not exist, its folder made); _Problem if unreadable."""
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         if p.is_dir():
@@ -137,31 +112,74 @@ def _open_file(path: str) -> sqlite3.Connection:
         with open(p, "rb") as f:
             header = f.read(len(_SQLITE_MAGIC))
     except FileNotFoundError:
-        header = b""
+        return None
     except OSError as e:
         raise _Problem(f"cannot be created or read ({e.strerror or e})") from None
     if header and header != _SQLITE_MAGIC:
         raise _Problem("is not an SQLite database (corrupt, or some other kind of file)")
+    return header
+
+
+def _unwritable(p: pathlib.Path) -> str:
+    """Why this process cannot write the store at p ("" when it can)."""
+    ok = os.access(p, os.W_OK) and os.access(p.parent, os.W_OK | os.X_OK)
+    return "" if ok else "the file, or its folder (where SQLite's journal goes), is not writable"
+
+
+def _open_read_only(path: str) -> sqlite3.Connection:
+    """The store at path, read-only; ``immutable`` if even that needs files SQLite cannot make (WAL, read-only mount)."""
+    uri, error = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro", None
+    for flags in ("", "&immutable=1"):
+        conn = _connect(uri + flags, uri=True)
+        try:
+            if _check(conn) == "new":
+                raise _Problem("is empty and read-only")
+            return conn
+        except sqlite3.OperationalError as e:  # cannot read or lock it this way: try the next
+            conn.close()
+            error = e
+        except BaseException:
+            conn.close()
+            raise
+    raise _Problem(f"cannot be read ({error})")
+
+
+def _open_writable(p: pathlib.Path) -> sqlite3.Connection:
+    """The store at p for reading and writing, its tables made if it is new. A file left in WAL mode
+    is switched to a rollback journal; while another process has it open that fails at once and the
+    file stays in WAL mode, each write then checkpointed (see _transaction)."""
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise _Problem("cannot be created (its folder is not writable)")
+    conn = _connect(str(p))
     try:
-        conn = _connect(path)
-    except sqlite3.Error as e:
-        raise _Problem(f"cannot be opened ({e})") from None
-    try:
-        state = _retry(lambda: _transaction(conn, _inspect, "DEFERRED"))
-        if state == "ours":
-            check = conn.execute("PRAGMA quick_check").fetchall()
-            if check != [("ok",)]:
-                raise _Problem(f"is corrupt (quick_check: {' '.join(str(check[0][0]).split())[:200]})")
-        _retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchall())
+        state = _check(conn)
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+            with contextlib.suppress(sqlite3.OperationalError):
+                conn.execute("PRAGMA journal_mode = DELETE").fetchall()
         if state == "new":
             _retry(lambda: _transaction(conn, _create_schema))
         return conn
-    except sqlite3.Error as e:
-        conn.close()
-        raise _Problem(f"is corrupt or unusable ({e})") from None
     except BaseException:
         conn.close()
         raise
+
+
+def _open_file(path: str, read_only: bool) -> tuple[sqlite3.Connection, str]:
+    """(connection, why it is read-only or "") for the store at path, created if needed; _Problem says
+    why it cannot be used. Nothing is written before the file is known to be empty or ours."""
+    p = pathlib.Path(path)
+    exists = _header(p) is not None
+    why = "opened read-only" if read_only else _unwritable(p) if exists else ""
+    try:
+        if not why:
+            return _open_writable(p), ""
+        if not exists:
+            raise _Problem("does not exist (and is opened read-only)")
+        return _open_read_only(path), why
+    except ValueError as e:  # inspect_schema: not a store of ours
+        raise _Problem(str(e)) from None
+    except sqlite3.Error as e:
+        raise _Problem(f"is corrupt or unusable ({e})") from None
 
 
 def _outside_caller() -> int:
@@ -186,21 +204,43 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 
-class ResultsStore:
-    """Tuning results in an SQLite file, safe to share between threads and processes.
-    ``path`` None means default_results_path(); ":memory:" gives a private in-memory store.
-    If the file cannot be used, ``in_memory`` becomes True and ``problem`` says why."""
+@atexit.register
+def _close_at_exit() -> None:
+    """Every store this process opened is closed at exit (checkpointed first, if in WAL mode)."""
+    for store in list(_STORES):
+        store.close(timeout=1.0)
 
-    def __init__(self, path: str | os.PathLike | None = None):
+
+class ResultsStore:
+    """Tuning results in an SQLite file, safe to share between threads and processes. ``path`` None means
+    default_results_path(); ":memory:" gives a private in-memory store. ``read_only`` (or a file this
+    process cannot write): writes are dropped with one warning, the attribute then says why. If the
+    file cannot be used, ``in_memory`` becomes True and ``problem`` says why."""
+
+    def __init__(self, path: str | os.PathLike | None = None, *, read_only: bool = False):
         self.path = os.fspath(default_results_path() if path is None else path)
         self.in_memory = self.path == ":memory:"
         self.problem: str | None = None
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = os.getpid()
+        self.read_only = ""  # why writes are not possible ("" when they are)
+        self._open_read_only, self._warned_read_only = bool(read_only), False
+        self._lock, self._conn, self._pid = threading.Lock(), None, os.getpid()
         _STORES.add(self)
         with self._lock:
             self._connection()
+
+    @property
+    def writable(self) -> bool:
+        """Writes land where this store says they go: the file, or a ":memory:" store asked for."""
+        return not self.read_only and self.problem is None
+
+    def require_writable(self, doing: str) -> None:
+        """Raise ResultsStoreError, saying why, unless writes are saved (before and after explicit
+        writes: an import, offline tuning); ``doing`` names what cannot be done."""
+        if self.problem is not None:
+            raise ResultsStoreError(f"cannot {doing}: results file {self.path!r} {self.problem}; nothing would be "
+                                    "saved (remove or move the file to start a new one)")
+        if self.read_only:
+            raise ResultsStoreError(f"cannot {doing}: results file {self.path!r} is read-only ({self.read_only})")
 
     def _connection(self) -> sqlite3.Connection:
         """This process's connection, (re)opened after close() or fork; call holding the lock."""
@@ -213,7 +253,7 @@ class ResultsStore:
                 self._conn = _connect(":memory:")
             else:
                 try:
-                    self._conn = _open_file(self.path)
+                    self._conn, self.read_only = _open_file(self.path, self._open_read_only)
                 except _Problem as e:
                     self._fall_back(str(e))
         return self._conn
@@ -223,37 +263,57 @@ class ResultsStore:
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
-        self.in_memory, self.problem = True, problem
+        self.in_memory, self.problem, self.read_only = True, problem, ""
         self._conn = _connect(":memory:")
-        warnings.warn(f"tunekit results file {self.path!r} {problem}; tuning results will not "
-                      "be saved (using an empty in-memory store instead)", TunekitWarning,
-                      stacklevel=_outside_caller())
+        warnings.warn(f"tunekit results file {self.path!r} {problem}; tuning results will not be saved and "
+                      "results stored in it are not used (using an empty in-memory store instead)",
+                      TunekitWarning, stacklevel=_outside_caller())
 
-    def _run(self, fn):
-        """fn(conn) under the lock; if the file turns out broken, fall back and run it again."""
+    def _drop(self, why: str = "") -> None:
+        """A write the read-only file cannot take: dropped, said once."""
+        self.read_only = why or self.read_only
+        if not self._warned_read_only:
+            self._warned_read_only = True
+            warnings.warn(f"tunekit results file {self.path!r} is read-only ({self.read_only}): results not "
+                          "saved (stored results are still used)", TunekitWarning, stacklevel=_outside_caller())
+
+    def _run(self, fn, write: bool = False, dropped=None):
+        """fn(conn) under the lock; if the file turns out broken, fall back and run it again. A
+        write the file cannot take returns ``dropped``."""
         with self._lock:
+            conn = self._connection()
+            if write and self.read_only:
+                self._drop()
+                return dropped
             try:
-                return _retry(lambda: fn(self._connection()))
+                return _retry(lambda: fn(conn))
             except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.DataError):
                 raise  # a bug in the caller or in us, not a broken file
             except sqlite3.DatabaseError as e:
                 if self.in_memory:
                     raise
+                if write and ("readonly" in str(e) or _unwritable(pathlib.Path(self.path))):  # a remount, chmod
+                    self._drop(f"became read-only while in use: {e}")
+                    return dropped
                 self._fall_back(f"failed while in use ({e})")
                 return fn(self._conn)
 
     def transaction(self, fn):
-        """``fn(connection)`` in one write transaction (``BEGIN IMMEDIATE``), under the store's lock,
-        busy timeout and retries; its result. For tables of other components kept in the same file
-        (offline tuning's work claims): the store's own tables are read and written by the methods
-        below."""
-        return self._run(lambda conn: _transaction(conn, fn))
+        """``fn(connection)`` in one write transaction (``BEGIN IMMEDIATE``) under the store's lock, busy
+        timeout and retries; its result. For other components' tables in the file (offline tuning's
+        claims). ResultsStoreError when the file is read-only (there is no result to give)."""
+        result = self._write(fn)
+        if self.read_only:  # the write was dropped
+            self.require_writable("write")
+        return result
 
     def query(self, sql: str, params=()) -> list:
         """The rows of one read statement, under the store's lock and retries."""
         return self._run(lambda conn: conn.execute(sql, params).fetchall())
 
-    _write, _read = transaction, query
+    def _write(self, fn, dropped=None):
+        return self._run(lambda conn: _transaction(conn, fn), write=True, dropped=dropped)
+    _read = query
 
     def get(self, op: str, signature: str, device: str) -> Entry | None:
         """The entry for (op, signature, device), or None."""
@@ -274,7 +334,7 @@ class ResultsStore:
     def delete(self, op: str, signature: str, device: str) -> bool:
         """Delete one entry; True if it existed."""
         return self._write(lambda conn: conn.execute(
-            f"DELETE FROM entries WHERE {_IS_KEY}", (op, signature, device)).rowcount) > 0
+            f"DELETE FROM entries WHERE {_IS_KEY}", (op, signature, device)).rowcount, dropped=0) > 0
 
     def clear(self, op: str | None = None) -> int:
         """Delete entries and untuned records (of op, or all); return how many entries went."""
@@ -283,7 +343,7 @@ class ResultsStore:
         def clear_tables(conn):
             conn.execute(f"DELETE FROM untuned {where}", params)
             return conn.execute(f"DELETE FROM entries {where}", params).rowcount
-        return self._write(clear_tables)
+        return self._write(clear_tables, dropped=0)
 
     def __len__(self) -> int:
         return self._read("SELECT COUNT(*) FROM entries")[0][0]
@@ -293,18 +353,15 @@ class ResultsStore:
         row = (op, signature, device, json.dumps(spec), time.time())
         return self._write(lambda conn: conn.execute(
             "INSERT OR IGNORE INTO untuned (op, signature, device, spec, first_seen) "
-            "VALUES (?, ?, ?, ?, ?)", row).rowcount) == 1
+            "VALUES (?, ?, ?, ?, ?)", row).rowcount, dropped=0) == 1
 
     def untuned(self, op: str | None = None) -> list[UntunedRecord]:
-        """Untuned records (of op, if given), ordered by op, signature, device; a row that
-        does not parse is skipped, like a damaged entry."""
+        """Untuned records (of op), ordered by op, signature, device; damaged rows left out with a warning."""
         where, params = ("WHERE op = ?", (op,)) if op is not None else ("", ())
-        records = []
-        for *key, spec, first_seen in self._read(
-                f"SELECT op, signature, device, spec, first_seen FROM untuned {where} "
-                "ORDER BY op, signature, device", params):
-            with contextlib.suppress(TypeError, ValueError):
-                records.append(UntunedRecord(*key, json.loads(spec), float(first_seen)))
+        records, damaged = load_untuned(self._read(f"SELECT op, signature, device, spec, first_seen FROM untuned "
+                                                   f"{where} ORDER BY op, signature, device", params))
+        if damaged:
+            warnings.warn(f"tunekit results file {self.path!r}: {damaged}", TunekitWarning, stacklevel=_outside_caller())
         return records
 
     def remove_untuned(self, op: str, signature: str, device: str) -> None:
@@ -313,42 +370,30 @@ class ResultsStore:
             f"DELETE FROM untuned WHERE {_IS_KEY}", (op, signature, device)))
 
     def export_csv(self, path) -> int:
-        """Write all entries to a CSV file (to move results between machines, or review them);
-        return rows written.  Floats are written exactly (repr)."""
-        entries = self.entries()
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(CSV_COLUMNS)
-            writer.writerows(to_row(e) for e in entries)
-        return len(entries)
+        """All entries to a CSV file, floats exact, whole or not at all (entries.write_csv); rows written."""
+        return write_csv(path, self.entries())
 
     def import_csv(self, path) -> int:
-        """Upsert every row of a CSV file like export_csv writes; return rows imported.
-        All or nothing: every row is checked first; if any is bad, ResultsImportError lists
-        them all as (line number, reason), the header being line 1, and nothing is imported."""
-        rows, errors, reader = [], [], None
-        try:
-            with open(path, newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                absent = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or ())]
-                if absent:
-                    raise ResultsImportError(path, [(1, f"header lacks column(s) {', '.join(absent)}")])
-                for row in reader:
-                    try:
-                        rows.append(to_row(from_csv(row)))
-                    except ValueError as e:
-                        errors.append((reader.line_num, str(e)))
-        except (UnicodeDecodeError, csv.Error) as e:
-            line = reader.line_num if reader is not None else 0
-            raise ResultsImportError(path, [(line, f"unreadable ({e})")]) from None
-        if errors:
-            raise ResultsImportError(path, errors)
+        """Upsert every row of a CSV file like export_csv writes; return rows imported. All or nothing:
+        if any row is bad, ResultsImportError lists them all (entries.read_csv) and nothing is imported.
+        ResultsStoreError when the rows could not be saved (a read-only or unusable file)."""
+        rows = read_csv(path)
+        self.require_writable("import results")
         self._write(lambda conn: conn.executemany(_UPSERT_ENTRY, rows))
+        self.require_writable("import results")  # the file may have failed during the write
         return len(rows)
 
-    def close(self) -> None:
-        """Close the connection.  A later call reopens it (an in-memory store then is empty)."""
-        with self._lock:
+    def close(self, timeout: float = -1) -> None:
+        """Close the connection, a file left in WAL mode checkpointed into the main file first; a later
+        call reopens it (an in-memory store then is empty). ``timeout``: seconds to wait for another
+        thread's call (at exit), -1 for ever."""
+        if not self._lock.acquire(timeout=timeout):
+            return
+        try:
             if self._conn is not None and self._pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):  # a no-op with a rollback journal
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 self._conn.close()
             self._conn = None
+        finally:
+            self._lock.release()

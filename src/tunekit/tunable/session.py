@@ -25,6 +25,7 @@ background preparation excluded (they cost the call's share, not the budget).
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,11 +50,16 @@ _WAIT = object()  # yielded when every remaining check waits for a background pr
 _pool: ThreadPoolExecutor | None = None
 
 
+#: worker threads for preparations: compilers release the GIL (NVRTC) or run as subprocesses
+#: (Triton's ptxas), so a few compile at once; the caller's thread keeps one core
+PREPARE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
 def _preparer() -> ThreadPoolExecutor:
-    """One worker thread for every op's preparations: compiles run one at a time, off the caller's thread."""
+    """The worker threads for every op's preparations (compiles), off the caller's thread."""
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunekit-prepare")
+        _pool = ThreadPoolExecutor(max_workers=PREPARE_WORKERS, thread_name_prefix="tunekit-prepare")
     return _pool
 
 

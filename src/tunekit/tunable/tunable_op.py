@@ -268,9 +268,20 @@ class TunableOp:
 
     def tuning_in_progress(self, params: OpParams, s: context.TuningSettings | None = None) -> bool:
         """Whether a tuning session for ``params``' signature is under way (spread over calls)."""
+        return self.in_effect(params, s)[1]
+
+    def in_effect(self, params: OpParams, s: context.TuningSettings | None = None) -> tuple[object, bool]:
+        """(the candidate the next call of ``params``' signature runs if nothing new is learnt,
+        whether its tuning is still under way): the decision, a session's incumbent, else the
+        default. Looks only."""
         s = s or context.current()
+        signature = params.signature()
         with TUNING_LOCK:
-            return (s.cache_id, params.signature()) in self._sessions
+            known = self._decided.get(s.cache_id, {}).get(signature)
+            if known is not None:
+                return known.candidate, False
+            session = self._sessions.get((s.cache_id, signature))
+            return (session.incumbent, True) if session is not None else (self.default, False)
 
     def decide_here(self, params, s, signature, device, device_name, *, incremental: bool = True) -> Resolution:
         """Decide a signature met for the first time, in this process: a valid stored entry, else

@@ -20,9 +20,10 @@ wrong and torch's own errors stay torch's. :func:`takes` says no when
   a functorch transform runs (``vmap`` / ``grad`` wrap tensors that keep type ``torch.Tensor``),
   or forward-mode AD is on (tunekit's autograd Functions have no JVP; a dual tensor's tangent
   would be dropped);
-- the call comes from inside tunekit: tunekit's default candidates and fallbacks call
-  ``torch.logsumexp`` and ``F.silu(..., inplace=True)``; while those are patched, such a call must
-  reach torch, or it would come back to tunekit forever. A thread-local flag marks "inside".
+- the call comes from inside tunekit: tunekit's candidates and fallbacks call torch's functions
+  bound at import (never the patched attributes), but anything else a routed call reaches while
+  tunekit runs it (a reference computed with ``torch.logsumexp``, a hook) must get torch's function,
+  or it could come back to tunekit. A thread-local flag marks "inside".
 
 Each check is one C call or attribute read: they run on every call of a patched function or a
 drop-in module.

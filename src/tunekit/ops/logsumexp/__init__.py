@@ -16,14 +16,16 @@ rows: inner = 1; columns: > 1).
   ``logsumexp_columns_<dtype>[_vec]`` (reduce a non-last dim in place).
 - Triton (``kernels/triton/logsumexp.py``): ``logsumexp_triton_*``.
 
-``logsumexp_backward`` (``dx = dy * exp(x - lse)``, one pass over x): ``torch_logsumexp_backward``
-(default, torch's composite), CUDA C ``logsumexp_backward_{rows8,warp,block,columns}_<dtype>[_vec]``
+``logsumexp_backward`` (``dx = dy * exp(x - lse)``, one pass over x): ``fused_logsumexp_backward``
+(default: a fused CUDA C kernel wherever one runs the layout, torch's composite in float32
+elsewhere: ``default_backward.py``), ``torch_logsumexp_backward`` (the composite), CUDA C
+``logsumexp_backward_{rows8,warp,block,columns,flat}_<dtype>[_vec]``
 (``kernels/cuda/logsumexp_backward.cu``) and Triton.
 
 Autograd: :func:`logsumexp` on a tensor that requires grad records :class:`LogsumexpFunction`.
 
 The package: ``params.py``; ``cuda_common.py``, ``cuda_forward.py``, ``cuda_backward.py`` (CUDA C
-candidates); ``triton_forward.py``, ``triton_backward.py`` (Triton); ``op.py`` (the tunable ops,
+candidates), ``default_backward.py`` (the gradient's default); ``triton_forward.py``, ``triton_backward.py`` (Triton); ``op.py`` (the tunable ops,
 public functions, autograd, the custom ops ``tunekit::logsumexp*`` and the ``tunekit.patch()``
 replacements of ``torch.logsumexp`` and ``Tensor.logsumexp``).
 """

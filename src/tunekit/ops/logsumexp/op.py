@@ -7,11 +7,12 @@ import torch
 
 from .cuda_backward import cuda_backward_candidates
 from .cuda_forward import cuda_candidates
+from .default_backward import FusedGradient
 from .params import LogsumexpBackwardParams, LogsumexpParams, normalize_dims, reduced_shape, unsqueezed
 from .triton_backward import triton_logsumexp_backward_candidates
 from .triton_forward import triton_logsumexp_candidates
 from .._shared import routing
-from .._shared.arguments import check_float_tensor
+from .._shared.arguments import check_float_tensor, computes, traced_computes, writable_out
 from .._shared.custom_ops import compute_dtype, contiguous, save_inputs, tunekit_ops
 from ...tunable.context import captured, inherited
 from ...tunable.registry import register
@@ -22,12 +23,15 @@ __all__ = ["LogsumexpFunction", "logsumexp", "logsumexp_backward", "logsumexp_op
            "logsumexp_custom", "logsumexp_backward_custom", "routed_logsumexp", "patched_function", "patched_method"]
 
 
+_torch_logsumexp = torch.logsumexp  # torch's own function, bound before any tunekit.patch() replaces it
+
+
 # -- forward --------------------------------------------------------------------------------------
 def torch_logsumexp(p: LogsumexpParams) -> torch.Tensor:
     """PyTorch's composite."""
     if p.out is None:
-        return torch.logsumexp(p.x, p.dims, p.keepdim)
-    return torch.logsumexp(p.x, p.dims, p.keepdim, out=p.out)
+        return _torch_logsumexp(p.x, p.dims, p.keepdim)
+    return _torch_logsumexp(p.x, p.dims, p.keepdim, out=p.out)
 
 
 def make_params(x: torch.Tensor, dim, keepdim: bool = False) -> LogsumexpParams:
@@ -73,7 +77,8 @@ def make_backward_example(shape, dtype=torch.float32, device="cpu", dim=-1, keep
 
 logsumexp_backward_op = register(TunableOp("logsumexp_backward", LogsumexpBackwardParams,
                                            make_example=make_backward_example))
-logsumexp_backward_op.add(torch_logsumexp_backward, default=True)
+logsumexp_backward_op.add(FusedGradient(torch_logsumexp_backward), default=True)  # default_backward.py: why
+logsumexp_backward_op.add(torch_logsumexp_backward)
 for _c in cuda_backward_candidates():
     logsumexp_backward_op.add(_c)
 for _c in triton_logsumexp_backward_candidates():
@@ -106,22 +111,40 @@ class LogsumexpFunction(torch.autograd.Function):
             return logsumexp_backward(dy, x, lse, ctx.dims, ctx.keepdim), None, None
 
 
-def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
-    """``log(sum(exp(x), dim))`` computed stably, as ``torch.logsumexp``, by the fastest correct
-    candidate. Integer inputs and invalid dims go to torch itself (its promotion, its errors)."""
+def logsumexp(input: torch.Tensor, dim, keepdim: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``log(sum(exp(input), dim))`` computed stably, by the fastest correct candidate.
+
+    ``torch.logsumexp(input, dim, keepdim=False, *, out=None)``'s arguments, results and errors.
+    tunekit computes a float tensor (``ops/_shared/arguments.py``) reduced over an int or a non-empty
+    tuple / list of valid dims with a bool ``keepdim``, into a new tensor or an ``out`` of the
+    result's shape, dtype and device; every other call (integers, complex, names or an empty tuple
+    as ``dim``, invalid dims, an ``out`` torch resizes or casts, ``out=`` under autograd) runs torch's
+    own function with the same arguments.
+    """
     if _is_compiling():  # torch.compile: the custom op, no graph break
-        return compiled_logsumexp(x, dim, keepdim)
-    if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
-        return torch.logsumexp(x, dim, keepdim)
+        return compiled_logsumexp(input, dim, keepdim, out=out)
+    if not (computes(input) and type(keepdim) is bool and routing.plain_dims(dim)):
+        return _torch_call(input, dim, keepdim, out)
     try:
-        dims = normalize_dims(dim, x.dim())
-    except (ValueError, TypeError):
-        return torch.logsumexp(x, dim, keepdim)
-    if not dims:  # an empty dim list: torch's own meaning (an error or all dims, by keepdim), untuned
-        return torch.logsumexp(x, dim, keepdim)
-    if x.requires_grad and torch.is_grad_enabled():
-        return LogsumexpFunction.apply(x, dims, bool(keepdim))
-    return _logsumexp_call(LogsumexpParams(x, dims, bool(keepdim)))
+        dims = normalize_dims(dim, input.dim())
+    except ValueError:  # out of range, repeated: torch's error
+        return _torch_call(input, dim, keepdim, out)
+    grad = input.requires_grad and torch.is_grad_enabled()
+    if out is not None:
+        if grad or not writable_out(out, input, reduced_shape(input, dims, keepdim)):
+            return _torch_call(input, dim, keepdim, out)
+        _logsumexp_call(LogsumexpParams(input, dims, keepdim, out))
+        return out
+    if grad:
+        return LogsumexpFunction.apply(input, dims, keepdim)
+    return _logsumexp_call(LogsumexpParams(input, dims, keepdim))
+
+
+def _torch_call(input, dim, keepdim, out):
+    """torch's own logsumexp with the caller's arguments: its result, warning or exception."""
+    if out is None:
+        return _torch_logsumexp(input, dim, keepdim)
+    return _torch_logsumexp(input, dim, keepdim, out=out)
 
 
 def logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
@@ -231,25 +254,28 @@ logsumexp_backward_custom.register_autograd(_logsumexp_backward_grad, setup_cont
 
 def _traceable_dims(dim, ndim: int):
     """normalize_dims without exceptions (Dynamo traces this): sorted dims, or None where torch decides."""
-    dims = [dim] if isinstance(dim, int) else list(dim) if isinstance(dim, (tuple, list)) else None
+    dims = [dim] if type(dim) is int else list(dim) if isinstance(dim, (tuple, list)) else None
     if not dims:
         return None
     rank = max(ndim, 1)
     out = []
     for d in dims:
-        if not isinstance(d, int) or not -rank <= d < rank or d % rank in out:
+        if type(d) is not int or not -rank <= d < rank or d % rank in out:
             return None
         out.append(d % rank)
     return sorted(out)
 
 
-def compiled_logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
-    """``tunekit.logsumexp`` under torch.compile: ``tunekit::logsumexp``; integer inputs, empty or invalid
-    dims go to ``torch.logsumexp`` (its promotion, its errors), as in eager tunekit."""
-    dims = _traceable_dims(dim, x.dim()) if isinstance(x, torch.Tensor) and x.is_floating_point() else None
+def compiled_logsumexp(input: torch.Tensor, dim, keepdim: bool = False, *, out: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+    """``tunekit.logsumexp`` under torch.compile: ``tunekit::logsumexp`` for the calls eager tunekit
+    computes without ``out``; ``torch.logsumexp`` (its promotion, its errors, its ``out=``) for the rest."""
+    dims = None
+    if out is None and type(keepdim) is bool and traced_computes(input):
+        dims = _traceable_dims(dim, input.dim())
     if dims is None:
-        return torch.logsumexp(x, dim, keepdim)
-    return tunekit_ops.logsumexp(x, dims, bool(keepdim))
+        return _torch_call(input, dim, keepdim, out)
+    return tunekit_ops.logsumexp(input, dims, keepdim)
 
 
 def compiled_logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
@@ -258,12 +284,12 @@ def compiled_logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch
 
 
 # -- drop-in use: tunekit.patch() -----------------------------------------------------------------
-def routed_logsumexp(x: torch.Tensor, dim, keepdim: bool) -> torch.Tensor:
+def routed_logsumexp(x: torch.Tensor, dim, keepdim: bool, out=None) -> torch.Tensor:
     """:func:`logsumexp` for a call routed from torch's entry points (``ops/silu.py``'s ``routed_silu``)."""
     state = routing.state
     state.inside = True
     try:
-        return logsumexp(x, dim, keepdim)
+        return logsumexp(x, dim, keepdim, out=out)
     finally:
         state.inside = False
 
@@ -272,22 +298,23 @@ _NOT_TAKEN = object()
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
-def _routed_call(x, dim, keepdim):
+def _routed_call(x, dim, keepdim, out=None):
     """tunekit's logsumexp when it takes this call, else ``_NOT_TAKEN``. Not under autocast: some
     backends put logsumexp on their float32 list, which only torch's function applies."""
     if (type(keepdim) is bool and routing.plain_dims(dim) and routing.takes(x)
             and not (_any_autocast() and torch.is_autocast_enabled(x.device.type))):
-        return routed_logsumexp(x, dim, keepdim)
+        return routed_logsumexp(x, dim, keepdim, out)
     return _NOT_TAKEN
 
 
 def patched_function(attr):
-    """``torch.logsumexp``'s replacement; ``out=`` and forms tunekit does not take go to torch."""
+    """``torch.logsumexp``'s replacement; forms tunekit does not take go to torch (an ``out=`` tunekit
+    cannot write goes there from :func:`logsumexp`)."""
     def logsumexp(*args, **kwargs):
         if attr.users:
             bound = routing.bind(args, kwargs, ("input", "dim", "keepdim"), ("out",), {"keepdim": False, "out": None})
-            if bound is not None and bound["out"] is None:
-                result = _routed_call(bound["input"], bound["dim"], bound["keepdim"])
+            if bound is not None:
+                result = _routed_call(bound["input"], bound["dim"], bound["keepdim"], bound["out"])
                 if result is not _NOT_TAKEN:
                     return result
         return attr.original(*args, **kwargs)

@@ -1,43 +1,22 @@
-"""gelu as ``torch.nn.functional.gelu``, both forms, and its gradient.
-
-- ``approximate="none"``: ``0.5 x (1 + erf(x / sqrt 2))``
-- ``approximate="tanh"``: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``
-
-Two tunable ops, each with its candidates (kernels live in ``tunekit/kernels/<backend>/``):
-
-``gelu``
-- ``torch_gelu`` (default): PyTorch's fused kernel, both forms. Runs any input.
-- ``gelu_<form>`` (erf) and ``gelu_tanh_<form>``: CUDA C (``kernels/cuda/gelu.cu``), fp32 math for
-  every storage type (a half-precision tanh turns into NaN for x > ~4), the forms of
-  ``kernels/cuda/elementwise.cuh``; each declines the other ``approximate``.
-- ``gelu_triton_b<BLOCK>_w<warps>``: Triton, both forms (a compile-time switch).
-
-``gelu_backward``: ``torch_gelu_backward`` (default, ``aten.gelu_backward``), the CUDA C forms
-(``gelu_backward_<form>``, ``gelu_tanh_backward_<form>``) and Triton configurations.
-
-The same layout as ``ops/silu.py``: candidates, tunable ops, public functions and autograd
-(:class:`GeluFunction`), the custom ops ``tunekit::gelu`` / ``tunekit::gelu_backward``, and the
-drop-in :class:`GELU` module and ``tunekit.patch()`` replacements.
-"""
+"""gelu's params, candidates, tunable ops, public functions, autograd and custom ops (the package's
+``__init__.py`` says what the candidates are)."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from ._shared import routing
-from ._shared.arguments import (check_approximate, check_float_tensor, check_gradient_pair, check_traced_out,
-                                elementwise_destination)
-from ._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
-from ._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
-from ._shared.family import OpFamily, PatchTarget
-from ..tunable.context import captured, inherited
-from ..tunable.numerics import tolerance
-from ..tunable.params import with_arguments
-from ..tunable.registry import register
+from .._shared.arguments import (APPROXIMATIONS, TORCH, check_approximate, check_float_tensor, check_gradient_pair,
+                                 computes, elementwise_destination, elementwise_target, traced_computes)
+from .._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
+from .._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
+from ...tunable.context import captured, inherited
+from ...tunable.numerics import tolerance
+from ...tunable.params import with_arguments
+from ...tunable.registry import register
 
-__all__ = ["GeluParams", "GeluBackwardParams", "GeluFunction", "GELU", "gelu", "gelu_backward", "gelu_op",
-           "gelu_backward_op", "gelu_tolerance", "compiled_gelu", "compiled_gelu_backward", "FAMILY"]
+__all__ = ["GeluParams", "GeluBackwardParams", "GeluFunction", "gelu", "gelu_backward", "gelu_op", "gelu_backward_op",
+           "gelu_tolerance", "torch_gelu", "torch_gelu_backward", "compiled_gelu", "compiled_gelu_backward",
+           "gelu_custom", "gelu_backward_custom", "approximation"]
 
 _gelu = torch._C._nn.gelu
 _gelu_ = torch._C._nn.gelu_
@@ -183,28 +162,50 @@ class GeluFunction(torch.autograd.Function):
             return gelu_backward(dy, x, ctx.approximate), None
 
 
-def gelu(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None = None,
+def gelu(input: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | None = None,
          inplace: bool = False) -> torch.Tensor:
     """GELU, element by element, by the fastest correct candidate for these inputs.
 
-    Same results and semantics as ``torch.nn.functional.gelu``; ``out=`` writes into a given tensor,
-    ``inplace=True`` into ``x``. Differentiable: a tensor that requires grad gets the tuned backward.
-    ``out=`` and ``inplace=True`` under autograd run PyTorch's kernel, with PyTorch's rules.
+    ``torch.nn.functional.gelu(input, *, approximate='none', out=None)``'s arguments, results and
+    errors; ``inplace=True`` writes into ``input`` (torch's ``gelu_``). Differentiable: a tensor that
+    requires grad gets the tuned backward. What tunekit does not compute (``ops/_shared/arguments.py``;
+    an ``approximate`` other than "none" / "tanh") runs torch's own function with the same arguments.
     """
     if _is_compiling():  # torch.compile: the custom op, no graph break
-        return compiled_gelu(x, approximate, out=out, inplace=inplace)
+        return compiled_gelu(input, approximate=approximate, out=out, inplace=inplace)
     if out is None and not inplace:  # the common call, kept short
-        y = gelu_op.fast_call(x, approximate)  # the cached choice's runner (tunable/fast_path.py), or None
+        y = gelu_op.fast_call(input, approximate)  # the cached choice's runner (tunable/fast_path.py), or None
         if y is not None:
             return y
-        if type(x) is torch.Tensor and x.is_floating_point() and (approximate == "none" or approximate == "tanh"):
-            if not (x.requires_grad and _grad_enabled()):
-                return _gelu_call(GeluParams(x, approximate))
-            return GeluFunction.apply(x, approximate)
-    params = make_params(x, approximate, out=out, inplace=inplace)
-    if x.requires_grad and torch.is_grad_enabled():
-        return GeluFunction.apply(x, approximate) if params.out is None else torch_gelu(params)
-    return _gelu_call(params)
+        if not (computes(input) and approximation(approximate)):
+            return _gelu(input, approximate=approximate)
+        if not (input.requires_grad and _grad_enabled()):
+            return _gelu_call(GeluParams(input, approximate))
+        return GeluFunction.apply(input, approximate)
+    if inplace and out is not None:
+        raise ValueError("tunekit.gelu: pass either out= or inplace=True, not both")
+    if not (computes(input) and approximation(approximate)) or (input.requires_grad and _grad_enabled()):
+        return _torch_gelu(input, approximate, inplace, out)
+    where = elementwise_target(input, out, inplace)
+    if where is TORCH:
+        return _torch_gelu(input, approximate, inplace, out)
+    y = _gelu_call(GeluParams(input, approximate, where))
+    return y if out is None else out
+
+
+def approximation(approximate) -> bool:
+    """An ``approximate`` tunekit computes: "none" or "tanh" (torch refuses any other: RuntimeError for
+    another string, TypeError for another type)."""
+    return type(approximate) is str and approximate in APPROXIMATIONS
+
+
+def _torch_gelu(input, approximate, inplace, out):
+    """torch's own gelu for a form tunekit leaves to it: its result, warning or exception."""
+    if inplace:
+        return _gelu_(input, approximate=approximate)
+    if out is None:
+        return _gelu(input, approximate=approximate)
+    return _gelu(input, approximate=approximate, out=out)
 
 
 def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -288,96 +289,17 @@ gelu_custom.register_autograd(_gelu_grad, setup_context=save_inputs)
 gelu_backward_custom.register_autograd(_gelu_backward_grad, setup_context=save_inputs)
 
 
-def compiled_gelu(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None = None,
+def compiled_gelu(input: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | None = None,
                   inplace: bool = False) -> torch.Tensor:
-    """``tunekit.gelu`` under torch.compile: ``tunekit::gelu``, or torch's op for out= / inplace."""
-    check_float_tensor("gelu", x)
-    check_approximate("gelu", approximate)
-    if out is None and not inplace:
-        return tunekit_ops.gelu(x, approximate)
-    check_traced_out("gelu", x, out, inplace)
-    if inplace or out is x:
-        return torch._C._nn.gelu_(x, approximate=approximate)
-    return torch._C._nn.gelu(x, approximate=approximate, out=out)
+    """``tunekit.gelu`` under torch.compile: ``tunekit::gelu`` for the functional form of a tensor
+    tunekit computes; torch's ops for the rest (``out=`` and in place: the compiler functionalizes them)."""
+    if inplace and out is not None:
+        raise ValueError("tunekit.gelu: pass either out= or inplace=True, not both")
+    if out is None and not inplace and traced_computes(input) and approximation(approximate):
+        return tunekit_ops.gelu(input, approximate)
+    return _torch_gelu(input, approximate, inplace, out)
 
 
 def compiled_gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """``tunekit.gelu_backward`` under torch.compile."""
     return tunekit_ops.gelu_backward(dy, x, approximate)
-
-
-# -- drop-in use: tunekit.nn.GELU and tunekit.patch() ---------------------------------------------
-def routed_gelu(x: torch.Tensor, approximate: str, inplace: bool = False) -> torch.Tensor:
-    """:func:`gelu` for a call routed from torch's entry points (``ops/silu.py``'s ``routed_silu``)."""
-    state = routing.state
-    state.inside = True
-    try:
-        return gelu(x, approximate, inplace=True) if inplace else gelu(x, approximate)
-    finally:
-        state.inside = False
-
-
-def _routable(approximate) -> bool:
-    return type(approximate) is str and (approximate == "none" or approximate == "tanh")
-
-
-class GELU(torch.nn.GELU):
-    """``torch.nn.GELU(approximate="none")`` whose forward runs :func:`tunekit.gelu` where tunekit
-    gives torch's results (``ops/_shared/routing.py``), torch's own forward for any other input.
-
-    ``inplace=True`` (keyword only, not in torch's module; torch has ``torch._C._nn.gelu_``) writes
-    the result into the input, as ``SiLU(inplace=True)`` does, saving an allocation where the
-    input is not needed afterwards. The default keeps torch's constructor, repr and behaviour.
-    """
-
-    #: the default for instances unpickled from before the attribute existed
-    inplace: bool = False
-
-    def __init__(self, approximate: str = "none", *, inplace: bool = False) -> None:
-        super().__init__(approximate)
-        self.inplace = inplace
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        approximate, inplace = self.approximate, self.inplace
-        if _routable(approximate) and type(inplace) is bool and routing.takes(input):
-            return routed_gelu(input, approximate, inplace)
-        if inplace:
-            return _gelu_(input, approximate=approximate)
-        return super().forward(input)
-
-    def extra_repr(self) -> str:
-        text = super().extra_repr()
-        return f"{text}, inplace=True" if self.inplace else text
-
-
-def _patched_functional(attr):
-    def gelu(*args, **kwargs):
-        if attr.users:
-            if len(args) == 1 and not kwargs:
-                x, approximate = args[0], "none"
-            else:
-                bound = routing.bind(args, kwargs, ("input",), ("approximate",), {"approximate": "none"}) or {}
-                x, approximate = bound.get("input"), bound.get("approximate")
-            if _routable(approximate) and routing.takes(x):
-                return routed_gelu(x, approximate)
-        return attr.original(*args, **kwargs)
-    return gelu
-
-
-def _patched_forward(attr):
-    def forward(self, *args, **kwargs):
-        if attr.users and len(args) == 1 and not kwargs:
-            approximate = self.approximate
-            if _routable(approximate) and routing.takes(args[0]):
-                return routed_gelu(args[0], approximate)
-        return attr.original(self, *args, **kwargs)
-    return forward
-
-
-FAMILY = OpFamily(
-    name="gelu",
-    functions={"gelu": gelu, "gelu_backward": gelu_backward},
-    modules={"GELU": GELU},
-    patches=(PatchTarget(F, "gelu", _patched_functional), PatchTarget(torch.nn.GELU, "forward", _patched_forward)),
-    custom_ops={"gelu": gelu_custom, "gelu_backward": gelu_backward_custom},
-)

@@ -1,0 +1,201 @@
+"""The GEMM family's public functions, with torch's signatures and semantics: ``tunekit.mm``, ``addmm``,
+``addmm_``, ``bmm``, ``baddbmm``, ``matmul``, ``linear`` and the fused ``linear_act``.
+
+Each takes the forms :mod:`~tunekit.ops.gemm.checks` accepts (plain float tensors of one dtype and
+device, matching shapes, an exact ``out=``) and hands every other call to torch's own function, so
+torch's errors and results stay torch's. A call tunekit takes builds its params and goes through
+the tuned op (``op.call(params)``: the cached choice on a hit), or through
+:class:`~tunekit.ops.gemm.autograd.GemmFunction` when autograd records it. Under torch.compile each
+hands over to the custom ops (``custom_ops.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import custom_ops as compiled
+from .autograd import GemmFunction
+from .checks import broadcastable, needs_grad, out_ok, pair, plain, scalar, self_overlapping
+from .op import addmm_op, mm_op
+from .params import ACTIVATIONS, AddmmParams, GemmParams
+from .torch_candidates import activation_function
+from ...tunable.params import overlaps
+
+_increment_version = torch.autograd.graph.increment_version
+
+__all__ = ["mm", "addmm", "addmm_", "bmm", "baddbmm", "matmul", "linear", "linear_act", "check_activation",
+           "linear_form", "linear_taken", "matmul_form", "matmul_taken"]
+
+_mm_call, _addmm_call = mm_op.call, addmm_op.call
+_is_compiling = torch.compiler.is_compiling
+#: torch's own functions, bound before any tunekit.patch(): a patched one is never met here
+_torch_linear, _torch_matmul = torch._C._nn.linear, torch.matmul
+
+
+def check_activation(activation) -> str:
+    if activation is None:
+        return "none"
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"tunekit.linear_act: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    return activation
+
+
+def _product(c, a, b, alpha, beta, out, activation: str, weight: bool = False):
+    """The tuned GEMM of operands the caller checked: recorded by autograd when it must be."""
+    if needs_grad(c, a, b):
+        return GemmFunction.apply(c, a, b, alpha, beta, activation, weight)
+    if weight:
+        b = b.t()
+    y = (_mm_call(GemmParams(a, b, out, activation)) if c is None
+         else _addmm_call(AddmmParams(c, a, b, alpha, beta, out, activation)))
+    if out is not None:
+        _increment_version(out)  # as torch's out= does: autograd sees the write, whichever kernel made it
+    return y
+
+
+def _matrices(a, b, dims: int) -> bool:
+    """Operands of ``dims`` dimensions each, one dtype and device, inner sizes that match (batch too)."""
+    return (pair(a, b) and a.dim() == dims and b.dim() == dims and a.shape[-1] == b.shape[-2]
+            and (dims == 2 or a.shape[0] == b.shape[0]))
+
+
+def _takes_out(out, shape, like, *inputs) -> bool:
+    return out is None or (out_ok(out, shape, like, *inputs) and not needs_grad(out, *inputs))
+
+
+def mm(input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.mm``: ``input @ mat2`` for 2-D tensors, by the fastest correct candidate."""
+    if _is_compiling():
+        return compiled.compiled_mm(input, mat2, out=out)
+    if _matrices(input, mat2, 2):
+        shape = (input.shape[0], mat2.shape[1])
+        if _takes_out(out, shape, input, input, mat2):
+            return _product(None, input, mat2, 1, 1, out, "none")
+    return torch.mm(input, mat2) if out is None else torch.mm(input, mat2, out=out)
+
+
+def bmm(input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.bmm``: batched ``input @ mat2`` ([b, n, m] @ [b, m, p])."""
+    if _is_compiling():
+        return compiled.compiled_bmm(input, mat2, out=out)
+    if _matrices(input, mat2, 3):
+        shape = (input.shape[0], input.shape[1], mat2.shape[2])
+        if _takes_out(out, shape, input, input, mat2):
+            return _product(None, input, mat2, 1, 1, out, "none")
+    return torch.bmm(input, mat2) if out is None else torch.bmm(input, mat2, out=out)
+
+
+def _addmm_form(input, a, b, beta, alpha, out, dims: int) -> bool:
+    if not (_matrices(a, b, dims) and plain(input) and input.dtype is a.dtype and input.device == a.device
+            and scalar(beta) and scalar(alpha)):
+        return False
+    shape = (*a.shape[:-1], b.shape[-1])
+    return broadcastable(input, shape) and _takes_out(out, shape, a, input, a, b)
+
+
+def addmm(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta=1, alpha=1,
+          out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.addmm``: ``beta * input + alpha * (mat1 @ mat2)``, ``input`` broadcast; with beta = 0,
+    ``input`` is not read (its NaN and infinities do not propagate)."""
+    if _is_compiling():
+        return compiled.compiled_addmm(input, mat1, mat2, beta=beta, alpha=alpha, out=out)
+    if _addmm_form(input, mat1, mat2, beta, alpha, out, 2):
+        return _product(input, mat1, mat2, alpha, beta, out, "none")
+    if out is None:
+        return torch.addmm(input, mat1, mat2, beta=beta, alpha=alpha)
+    return torch.addmm(input, mat1, mat2, beta=beta, alpha=alpha, out=out)
+
+
+def baddbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta=1, alpha=1,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.baddbmm``: ``beta * input + alpha * (batch1 @ batch2)`` per batch entry, ``input`` broadcast."""
+    if _is_compiling():
+        return compiled.compiled_baddbmm(input, batch1, batch2, beta=beta, alpha=alpha, out=out)
+    if _addmm_form(input, batch1, batch2, beta, alpha, out, 3):
+        return _product(input, batch1, batch2, alpha, beta, out, "none")
+    if out is None:
+        return torch.baddbmm(input, batch1, batch2, beta=beta, alpha=alpha)
+    return torch.baddbmm(input, batch1, batch2, beta=beta, alpha=alpha, out=out)
+
+
+def addmm_(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
+    """``Tensor.addmm_``: ``input`` becomes ``beta * input + alpha * (mat1 @ mat2)``, in place. Tuning
+    runs every trial on copies, so ``input`` receives exactly one update."""
+    if (_matrices(mat1, mat2, 2) and plain(input) and input.dtype is mat1.dtype and input.device == mat1.device
+            and scalar(beta) and scalar(alpha) and tuple(input.shape) == (mat1.shape[0], mat2.shape[1])
+            and not needs_grad(input, mat1, mat2) and not self_overlapping(input)
+            and not overlaps(input, mat1) and not overlaps(input, mat2)):
+        _addmm_call(AddmmParams(input, mat1, mat2, alpha, beta, input))
+        _increment_version(input)  # an in-place write autograd must see (a tensor saved for a backward)
+        return input
+    return input.addmm_(mat1, mat2, beta=beta, alpha=alpha)
+
+
+def matmul_form(input, other) -> str | None:
+    """"fold" (2-D or N-D @ 2-D), "batch" (3-D @ 3-D, batch equal or 1) or None (torch.matmul's)."""
+    if not (pair(input, other) and input.dim() >= 2 and other.dim() >= 2 and input.shape[-1] == other.shape[-2]):
+        return None
+    if other.dim() == 2:
+        return "fold"
+    if input.dim() == 3 and other.dim() == 3 and (input.shape[0] == other.shape[0] or 1 in (input.shape[0],
+                                                                                            other.shape[0])):
+        return "batch"
+    return None
+
+
+def matmul_taken(input, other, form: str) -> torch.Tensor:
+    """The tuned matmul of a form :func:`matmul_form` named."""
+    if form == "fold":
+        if input.dim() == 2:
+            return _product(None, input, other, 1, 1, None, "none")
+        flat = _product(None, input.reshape(-1, input.shape[-1]), other, 1, 1, None, "none")
+        return flat.view(*input.shape[:-1], other.shape[-1])
+    batch = max(input.shape[0], other.shape[0])
+    return _product(None, input.expand(batch, -1, -1), other.expand(batch, -1, -1), 1, 1, None, "none")
+
+
+def matmul(input: torch.Tensor, other: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.matmul`` for the forms tunekit takes: 2-D @ 2-D, N-D @ 2-D (the leading dims folded
+    into M, copied only where no view can fold them), 3-D @ 3-D with equal or broadcast (1) batch.
+    Every other form (vectors, 4-D batches, ``out=``) is torch.matmul's."""
+    if _is_compiling():
+        return compiled.compiled_matmul(input, other, out=out)
+    form = matmul_form(input, other) if out is None else None
+    if form is not None:
+        return matmul_taken(input, other, form)
+    return _torch_matmul(input, other) if out is None else _torch_matmul(input, other, out=out)
+
+
+def linear_form(input, weight, bias) -> bool:
+    return (pair(input, weight) and input.dim() >= 2 and weight.dim() == 2 and input.shape[-1] == weight.shape[1]
+            and (bias is None or (plain(bias) and bias.dim() == 1 and bias.shape[0] == weight.shape[0]
+                                  and bias.dtype is input.dtype and bias.device == input.device)))
+
+
+def linear_taken(input, weight, bias, activation: str) -> torch.Tensor:
+    """The tuned linear of checked operands: leading dims folded (a view where one can fold them)."""
+    x = input if input.dim() == 2 else input.reshape(-1, input.shape[-1])
+    y = _product(bias, x, weight, 1, 1, None, activation, weight=True)
+    return y if input.dim() == 2 else y.view(*input.shape[:-1], weight.shape[0])
+
+
+def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.nn.functional.linear``: ``input @ weight.T + bias`` over the last dim of ``input``."""
+    if _is_compiling():
+        return compiled.compiled_linear(input, weight, bias, "none")
+    if linear_form(input, weight, bias):
+        return linear_taken(input, weight, bias, "none")
+    return _torch_linear(input, weight, bias)
+
+
+def linear_act(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               activation: str = "gelu") -> torch.Tensor:
+    """``ACT(linear(input, weight, bias))`` with the activation fused into the GEMM's epilogue:
+    ``activation`` is "relu", "silu", "gelu", "gelu_tanh" or "none". The default candidate (and
+    every form tunekit does not take) is torch's linear followed by torch's activation."""
+    activation = check_activation(activation)
+    if _is_compiling():
+        return compiled.compiled_linear(input, weight, bias, activation)
+    if linear_form(input, weight, bias):
+        return linear_taken(input, weight, bias, activation)
+    return activation_function(activation)(_torch_linear(input, weight, bias))

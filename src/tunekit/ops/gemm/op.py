@@ -1,0 +1,83 @@
+"""The GEMM family's two tunable ops and their candidates.
+
+``mm`` (:class:`GemmParams`: mm, bmm, matmul, linear without bias, the fused linear's product, every
+backward GEMM) and ``addmm`` (:class:`AddmmParams`: addmm, addmm_, baddbmm, linear with a bias).
+Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), then the Triton configurations
+(``triton_candidates.py``), checked by the GEMM numerical check (``numerics.py``).
+
+cuBLASLt algorithms through ``nvmath-python`` are not a candidate yet (nvmath is not installed where
+tunekit runs); ``docs/gemm.md`` says where it would go.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .numerics import check_gemm
+from .params import AddmmParams, GemmParams
+from .torch_candidates import torch_addmm, torch_mm
+from .triton_candidates import triton_candidates
+from ...tunable.registry import register
+from ...tunable.tunable_op import TunableOp
+
+__all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of"]
+
+
+def mnk_of(shape) -> tuple[int, int, int, int | None]:
+    """(M, N, K, batch) from an example shape: ``(n,)`` square, ``(M, N)`` with K = N, ``(M, N, K)``,
+    ``(batch, M, N, K)``. The order is the CLI's: ``tunekit explore mm --shape 4096x14336x4096``."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 1:
+        return shape[0], shape[0], shape[0], None
+    if len(shape) == 2:
+        return shape[0], shape[1], shape[1], None
+    if len(shape) == 3:
+        return shape[0], shape[1], shape[2], None
+    if len(shape) == 4:
+        return shape[1], shape[2], shape[3], shape[0]
+    raise ValueError(f"a GEMM example shape is (M, N, K) or (batch, M, N, K), got {shape}")
+
+
+def _operands(shape, dtype, device, layout: str):
+    """A [batch?, M, K] and B [batch?, K, N] of fresh normal values; ``layout`` "nt" gives B as a
+    transposed [N, K] weight (``linear``'s ``weight.t()``)."""
+    M, N, K, batch = mnk_of(shape)
+    pre = () if batch is None else (batch,)
+    a = torch.randn(*pre, M, K, dtype=dtype, device=device)
+    b = torch.randn(*pre, N, K, dtype=dtype, device=device).mT if layout == "nt" else \
+        torch.randn(*pre, K, N, dtype=dtype, device=device)
+    return a, b
+
+
+def make_example(shape, dtype=torch.float32, device="cpu", layout: str = "nn", activation: str = "none") -> GemmParams:
+    """``mm`` params on fresh random inputs (``shape``: see :func:`mnk_of`)."""
+    a, b = _operands(shape, dtype, device, layout)
+    return GemmParams(a, b, activation=activation)
+
+
+def make_addmm_example(shape, dtype=torch.float32, device="cpu", layout: str = "nn", activation: str = "none",
+                       bias: bool = False) -> AddmmParams:
+    """``addmm`` params: C [batch?, M, N] (``bias=True``: a vector of N, linear's bias)."""
+    a, b = _operands(shape, dtype, device, layout)
+    N = b.shape[-1]
+    c = torch.randn(N if bias else (*a.shape[:-1], N), dtype=dtype, device=device)
+    return AddmmParams(c, a, b, activation=activation)
+
+
+def _make_params(a, b, out=None, activation: str = "none") -> GemmParams:
+    return GemmParams(a, b, out, activation)
+
+
+def _make_addmm_params(c, a, b, *, beta=1, alpha=1, out=None, activation: str = "none") -> AddmmParams:
+    return AddmmParams(c, a, b, alpha, beta, out, activation)
+
+
+mm_op = register(TunableOp("mm", GemmParams, make_params=_make_params, make_example=make_example,
+                           numerics=check_gemm))
+mm_op.add(torch_mm, default=True)
+addmm_op = register(TunableOp("addmm", AddmmParams, make_params=_make_addmm_params, make_example=make_addmm_example,
+                              numerics=check_gemm))
+addmm_op.add(torch_addmm, default=True)
+for _op in (mm_op, addmm_op):
+    for _c in triton_candidates():
+        _op.add(_c)
