@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from launch_recorder import RecordingDriver
-from tunekit.backends import fast_call
+from tunekit.backends import fast_call, thread_context
 from tunekit.tunable import context
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,35 @@ def test_launcher_errors_are_clear(module):
         args.update(bad)
         with pytest.raises(ValueError):
             module.Launcher(**args)
+
+
+def test_the_launcher_retries_a_refused_launch_once_the_hook_binds_a_context(module):
+    """A thread whose first CUDA work is this launch has no context: the driver refuses it
+    (CUDA_ERROR_INVALID_CONTEXT), the hook binds the device's primary context, the launch is retried.
+    A hook that binds nothing leaves the error as it was."""
+    driver = RecordingDriver(n_args=3, result=201)
+    calls = []
+
+    def bind():
+        calls.append(1)
+        driver.result = 0
+        return True
+
+    previous = module.set_context_hook(bind)
+    try:
+        assert previous is thread_context.launch_hook  # installed by fast_call.load()
+        x = torch.randn(8)
+        out = module.Launcher(driver.address, 0xF00D, 1, 32, 8, 0, lambda index: 0)(x)
+        assert len(calls) == 1 and len(driver.calls) == 2 and driver.calls[1]["values"][1] == out.data_ptr()
+        module.set_context_hook(lambda: False)
+        driver.result = 201
+        with pytest.raises(RuntimeError, match="CUresult 201"):
+            module.Launcher(driver.address, 0xF00D, 1, 32, 8, 0, lambda index: 0)(x)
+        assert len(driver.calls) == 3
+        with pytest.raises(TypeError, match="callable"):
+            module.set_context_hook("not callable")
+    finally:
+        module.set_context_hook(previous)
 
 
 def test_fast_call_leaves_what_it_cannot_key_to_the_general_path(module):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from launch_recorder import RecordingDriver, RecordingDriverEx
-from tunekit.backends import fast_launch
+from tunekit.backends import fast_launch, thread_context
 
 @pytest.fixture(scope="module")
 def module():
@@ -67,8 +67,91 @@ def test_bad_calls_raise_before_the_driver_is_called(module, args, error):
 
 def test_build_is_cached_and_atomic(tmp_path):
     first = fast_launch.build(tmp_path)
-    assert fast_launch.build(tmp_path) == first
-    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(first)]  # no temporaries left behind
+    built = os.stat(first).st_ino
+    assert fast_launch.build(tmp_path) == first and os.stat(first).st_ino == built  # found, not rebuilt
+    name = os.path.basename(first)  # the library and its SHA-256, no temporaries left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name, name + ".sha256"]
+
+
+class FailingFirst(RecordingDriver):
+    """cuLaunchKernel refusing launches (CUDA_ERROR_INVALID_CONTEXT) until a context is "bound"."""
+
+    def __init__(self, n_args):
+        super().__init__(n_args, result=201)
+
+    def bind(self):
+        self.result = 0
+        return True
+
+
+@pytest.fixture
+def hook(module):
+    """Installs a stand-in context hook for the test; tunekit's own afterwards."""
+    calls = []
+
+    def install(fn):
+        def recorded():
+            calls.append(1)
+            return fn()
+        module.set_context_hook(recorded)
+        return calls
+
+    yield install
+    previous = module.set_context_hook(thread_context.launch_hook)
+    assert previous is None or callable(previous)
+
+
+def test_a_refused_launch_is_retried_once_when_the_hook_binds_a_context(module, hook):
+    driver = FailingFirst(n_args=2)
+    calls = hook(driver.bind)
+    x = torch.randn(4)
+    module.launch(driver.address, 0xF1, 3, 64, 0x10, x, 9)
+    assert len(calls) == 1 and len(driver.calls) == 2  # refused, hook, retried
+    assert driver.calls[0] == driver.calls[1] and driver.calls[1]["values"] == [x.data_ptr(), 9]
+    module.launch(driver.address, 0xF1, 3, 64, 0x10, x, 9)  # bound now: no hook on the common path
+    assert len(calls) == 1 and len(driver.calls) == 3
+
+
+@pytest.mark.parametrize("answer", [False, "raise"])
+def test_a_hook_that_binds_nothing_or_fails_leaves_the_launch_error(module, hook, answer):
+    def no():
+        if answer == "raise":
+            raise RuntimeError("hook failed")
+        return answer
+
+    calls = hook(no)
+    driver = RecordingDriver(n_args=1, result=201)
+    with pytest.raises(RuntimeError, match="cuLaunchKernel failed: CUresult 201"):
+        module.launch(driver.address, 1, 1, 32, 0, 5)
+    assert len(calls) == 1 and len(driver.calls) == 1  # not retried
+
+
+def test_the_dependent_launch_is_retried_the_same_way(module, hook):
+    driver = RecordingDriverEx(n_args=1, result=201)
+
+    def bind():
+        driver.result = 0
+        return True
+
+    calls = hook(bind)
+    module.launch_dependent(driver.address, 0xB0, 2, 128, 0, 7)
+    assert len(calls) == 1 and len(driver.calls) == 2 and driver.calls[1]["attrs"] == [(6, 1)]
+
+
+def test_set_context_hook_takes_a_callable_or_none(module):
+    with pytest.raises(TypeError, match="callable"):
+        module.set_context_hook(42)
+    previous = module.set_context_hook(None)
+    driver = RecordingDriver(n_args=1, result=201)
+    with pytest.raises(RuntimeError, match="CUresult 201"):
+        module.launch(driver.address, 1, 1, 32, 0, 5)  # no hook: the error as it is
+    assert module.set_context_hook(previous) is None
+
+
+def test_tunekit_installs_its_context_hook(module):
+    previous = module.set_context_hook(None)
+    module.set_context_hook(previous)
+    assert previous is thread_context.launch_hook
 
 
 def test_a_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):

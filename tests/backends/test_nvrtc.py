@@ -110,6 +110,7 @@ def _cuobjdump():
     return str(bundled)
 
 
+@needs_nvrtc
 @pytest.mark.parametrize("filename", ["logsumexp_backward.cu", "silu.cu", "gelu.cu"])
 def test_vector_forms_store_whole_16_byte_packs(filename, tmp_path, monkeypatch):
     """Every store of a 16-byte-pack kernel's main path is one STG.E.128 in the sm_90 SASS: NVVM
@@ -140,3 +141,13 @@ def test_vector_forms_store_whole_16_byte_packs(filename, tmp_path, monkeypatch)
             assert kinds and set(kinds) == {"STG.E.128"}, (kernel, kinds)
         else:
             assert "STG.E.128" in kinds, (kernel, kinds)
+
+
+@needs_nvrtc
+def test_a_compile_leaves_the_interpreters_shared_bytes_alone(tmp_path, monkeypatch):
+    """NVRTC writes its log and cubin into the buffers it is handed: a clean compile's log is one NUL
+    byte, and written into ``b" " * 1`` (the interpreter's shared one-byte object) it turned every
+    b" " in the process, " ".encode() included, into b"\\0"."""
+    monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))
+    nvrtc.compile_cubin('extern "C" __global__ void k() {}', "clean.cu", "sm_90", use_cache=False)
+    assert " ".encode() == bytes([32]) and b" " * 3 == bytes([32, 32, 32])

@@ -23,11 +23,25 @@ def test_every_header_guards_itself():
         assert "#pragma once" in header.read_text(), f"{header.name} has no #pragma once"
 
 
+def test_every_source_ends_with_its_guarded_instantiations():
+    """The kernels' instantiations are the last thing in each .cu, in one
+    ``#ifndef TUNEKIT_SELECTED_KERNELS`` section (tunekit.backends.kernel_units compiles them one
+    at a time by leaving it out)."""
+    for source in SOURCES:
+        lines = source.read_text().rstrip("\n").splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("#ifndef TUNEKIT_SELECTED_KERNELS")]
+        assert len(starts) == 1 and lines[-1] == "#endif", source.name
+        assert not any(line.startswith("#") for line in lines[starts[0] + 1:-1]), source.name
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("selected", [False, True], ids=["whole", "no-kernels"])
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
-def test_nvcc_compiles_each_source(source, tmp_path):
-    """``nvcc -c`` for sm_90, from the kernels folder, with the headers NVRTC uses for cuda_fp16.h."""
+def test_nvcc_compiles_each_source(source, selected, tmp_path):
+    """``nvcc -c`` for sm_90, from the kernels folder, with the headers NVRTC uses for cuda_fp16.h;
+    also with TUNEKIT_SELECTED_KERNELS defined (the templates alone, what a kernel's unit starts from)."""
     includes = [f"-I{d}" for d in nvrtc.include_dirs()]
-    run = subprocess.run(["nvcc", "-c", "-std=c++17", "-arch=sm_90", *includes, str(source), "-o",
+    defines = ["-DTUNEKIT_SELECTED_KERNELS"] if selected else []
+    run = subprocess.run(["nvcc", "-c", "-std=c++17", "-arch=sm_90", *defines, *includes, str(source), "-o",
                           str(tmp_path / "out.o")], capture_output=True, text=True, timeout=600, cwd=KERNELS)
     assert run.returncode == 0, run.stderr[-3000:]

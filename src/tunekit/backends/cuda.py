@@ -4,10 +4,14 @@ PyTorch's current CUDA stream.
 - :class:`CudaKernel`: one ``extern "C" __global__`` function of a ``tunekit/kernels/cuda`` source,
   compiled by :mod:`tunekit.backends.nvrtc` (or read from its cubin cache) and loaded on each device
   it runs on.
+- Compiling: each kernel alone by default (its own translation unit, :mod:`tunekit.backends.kernel_units`),
+  or its whole file (:func:`compile_whole_files`); one load per (unit, device) in the process, safe
+  from any thread (a worker thread may load kernels while others launch).
 - Launching: ``cuLaunchKernel`` on ``torch.cuda``'s current stream (graph capture works; the legacy
   default stream is used only when it is torch's current stream), through the small C extension of
   :mod:`tunekit.backends.fast_launch` (cuda-bindings when it cannot be built), with the kernel's
-  device made current when it is not (the driver launches in the current context).
+  device made current when it is not (the driver launches in the current context), from any thread
+  (:mod:`tunekit.backends.thread_context`).
 - :meth:`CudaKernel.launch_dependent`: a programmatic dependent launch (sm_90 and later).
 """
 
@@ -16,33 +20,98 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import os
 import threading
 
 import torch
 
-from . import fast_launch
+from . import fast_launch, kernel_units, thread_context
 from .device import current_device, raw_stream
 from .driver import bindings, check
+from .env import switch
 from .nvrtc import arch_of, compile_cubin, source
 
-__all__ = ["CudaKernel", "kernel", "direct_launch", "current_stream"]
+__all__ = ["CudaKernel", "kernel", "direct_launch", "current_stream", "compile_whole_files"]
 
-_module_lock = threading.Lock()
+#: compile every kernel's whole file (one NVRTC run per file), not each kernel alone: for a process
+#: that will use most kernels of a file (offline tuning of every candidate), one longer compile
+_whole_files = False
 
 
-@functools.lru_cache(maxsize=None)
-def _module(filename: str, options: tuple[str, ...], index: int):
-    """The loaded module of ``filename`` on device ``index``: compiled (or read from the cubin cache)
-    and loaded once per process, shared by every kernel of the file."""
+def compile_whole_files(enabled: bool = True) -> bool:
+    """Whether kernels loaded from now on compile their whole ``.cu`` file (True) or only their own
+    translation unit (False, the default: a fraction of a second each, see
+    :mod:`tunekit.backends.kernel_units`); the previous setting. A file already loaded whole on a
+    device serves all its kernels there either way."""
+    global _whole_files
+    previous, _whole_files = _whole_files, bool(enabled)
+    return previous
+
+
+class _Once:
+    """A value per key made by ``make(*key)`` once, however many threads ask at the same time (a
+    lock per key: a load of one kernel never waits for another's compile). Failures are not kept."""
+
+    def __init__(self, make):
+        self._make = make
+        self._values: dict = {}
+        self._locks: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, *key):
+        return self._values.get(key)
+
+    def __call__(self, *key):
+        value = self._values.get(key)
+        if value is not None:
+            return value
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            value = self._values.get(key)
+            if value is None:
+                value = self._values[key] = self._make(*key)
+        return value
+
+
+def _prepare(index: int) -> str:
+    """Make device ``index`` usable by the driver in this thread (torch initialised, its primary
+    context current); its architecture. Called inside ``torch.cuda.device(index)``."""
+    torch.cuda.init()
+    thread_context.bind(index)
+    return arch_of(torch.device("cuda", index))
+
+
+def _load_module(filename: str, options: tuple[str, ...], index: int, kernel_name: str | None):
+    """The loaded module of ``kernel_name``'s translation unit (None: the whole file) on device
+    ``index``: compiled, or read from the cubin cache (recompiled once when that copy does not load)."""
     driver, _ = bindings()
-    with _module_lock, torch.cuda.device(index):
-        torch.cuda.init()
-        torch.cuda.current_stream(index)  # makes the device's primary context current in this thread
-        cubin = compile_cubin(source(filename), filename, arch_of(torch.device("cuda", index)), options)
-        err, module = driver.cuModuleLoadData(cubin)
-        check(err, f"cuModuleLoadData({filename})")
+    code = source(filename) if kernel_name is None else kernel_units.kernel_source(filename, kernel_name)
+    name = filename if kernel_name is None else f"{filename}:{kernel_name}"
+    with torch.cuda.device(index):
+        arch = _prepare(index)
+        err, module = driver.cuModuleLoadData(compile_cubin(code, name, arch, options))
+        if int(err):  # a corrupt or truncated cached cubin
+            err, module = driver.cuModuleLoadData(compile_cubin(code, name, arch, options, refresh=True))
+        check(err, f"cuModuleLoadData({name})")
     return module
+
+
+#: loaded modules: (filename, options, device index, kernel name or None for the whole file)
+_modules = _Once(_load_module)
+
+
+def _module(filename: str, options: tuple[str, ...], index: int, kernel_name: str | None = None):
+    """The module holding ``kernel_name`` of ``filename`` on device ``index``: the whole file's when
+    it is loaded there already or whole files are asked for (or the file does not define the kernel
+    in its per-kernel section: loading the whole file then names what is missing), else the kernel's
+    own."""
+    if kernel_name is not None:
+        whole = _modules.get(filename, options, index, None)
+        if whole is not None:
+            return whole
+        if _whole_files or kernel_name not in (kernel_units.definitions(filename) or ()):
+            kernel_name = None
+    return _modules(filename, options, index, kernel_name)
 
 
 class CudaKernel:
@@ -50,6 +119,9 @@ class CudaKernel:
 
     ``launch(device_index, grid, block, *args)`` takes tensors (passed as device pointers) and
     Python ints (passed as 64-bit integers), and enqueues the kernel on the device's current stream.
+    Loading (:meth:`function`, :meth:`address`) compiles the kernel's own translation unit (or the
+    whole file: :func:`compile_whole_files`) once per process, whichever threads ask at once; any
+    thread may load or launch, its first driver call binding the device's primary context.
     """
 
     def __init__(self, filename: str, name: str, options: tuple[str, ...] = ()):
@@ -61,6 +133,7 @@ class CudaKernel:
         self._lock = threading.Lock()
 
     def source_hash(self) -> str:
+        """The whole file's (and the options'): what tuning results of this kernel depend on."""
         return hashlib.sha256((source(self.filename) + repr(self.options)).encode()).hexdigest()[:16]
 
     def function(self, index: int):
@@ -87,14 +160,17 @@ class CudaKernel:
         blocks = self._resident.get(key)
         if blocks is None:
             driver, _ = bindings()
-            err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function(index), block, 0)
+            fn = self.function(index)
+            with torch.cuda.device(index):
+                thread_context.bind(index)
+                err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, block, 0)
             check(err, f"cuOccupancyMaxActiveBlocksPerMultiprocessor({self.name})")
             blocks = self._resident[key] = max(1, int(blocks))
         return blocks
 
     def _load(self, index: int):
         driver, _ = bindings()
-        err, fn = driver.cuModuleGetFunction(_module(self.filename, self.options, index), self.name.encode())
+        err, fn = driver.cuModuleGetFunction(_module(self.filename, self.options, index, self.name), self.name.encode())
         check(err, f"cuModuleGetFunction({self.name})")
         return fn
 
@@ -103,7 +179,10 @@ class CudaKernel:
 
         Host cost matters here (it is most of a small op's time): the C extension of
         :mod:`tunekit.backends.fast_launch` packs the arguments and calls the driver; without it,
-        cuda-bindings' ``cuLaunchKernel`` with the packing in Python (~1 us more per call)."""
+        cuda-bindings' ``cuLaunchKernel`` with the packing in Python (~1 us more per call). A thread
+        with no current context (its first CUDA work is this launch) gets the device's primary
+        context bound when the driver refuses the launch, and the launch is retried once
+        (:mod:`tunekit.backends.thread_context`): nothing is checked on the common path."""
         if device_index != current_device():  # the driver launches in the current device's context
             with torch.cuda.device(device_index):
                 return self.launch(device_index, grid, block, *args)
@@ -148,6 +227,8 @@ class CudaKernel:
         for h, a in zip(holders, args):
             h.value = a & 0xFFFFFFFFFFFFFFFF if type(a) is int else a.data_ptr()
         (err,) = _driver_launch()(fn, grid, 1, 1, block, 1, 1, 0, raw_stream(device_index), address, 0)
+        if int(err) and thread_context.launch_hook():  # no context was current in this thread: now one is
+            (err,) = _driver_launch()(fn, grid, 1, 1, block, 1, 1, 0, raw_stream(device_index), address, 0)
         if int(err):
             raise RuntimeError(f"cuLaunchKernel({self.name}) failed: {err!r}")
 
@@ -179,8 +260,9 @@ def _resolve_c_launch():
 def _dependent_launch(device_index: int):
     """``launch(function, grid, block, stream, *args)`` through cuLaunchKernelEx with programmatic
     stream serialization, or None where it is not worth or not possible: a device before sm_90 (no
-    griddepcontrol), a driver without cuLaunchKernelEx, no C extension, or TUNEKIT_PDL=0."""
-    if os.environ.get("TUNEKIT_PDL", "1") == "0" or torch.cuda.get_device_capability(device_index) < (9, 0):
+    griddepcontrol), a driver without cuLaunchKernelEx, no C extension, or TUNEKIT_PDL off (read
+    here, at a device's first dependent launch: a value it cannot read raises SettingError)."""
+    if not switch("TUNEKIT_PDL") or torch.cuda.get_device_capability(device_index) < (9, 0):
         return None
     module = fast_launch.load()
     entry = fast_launch.driver_entry_point("cuLaunchKernelEx") if module is not None else 0

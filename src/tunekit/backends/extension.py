@@ -1,12 +1,20 @@
 """Build a small CPython extension from a source shipped in this package, at first use, the way
 Triton builds its launcher: the system compiler and Python's headers, into the cache next to the
-cubins, keyed by everything the binary depends on (source, flags, compiler, Python ABI), written to
-a temporary name and renamed, so concurrent first uses never see a torn file. Used by
+cubins, keyed by everything the binary depends on (source, flags, compiler, Python ABI). Used by
 :mod:`tunekit.backends.fast_launch` (C) and :mod:`tunekit.backends.fast_call` (C++ against libtorch).
+
+A built extension is code this process will run, so the cache is checked before anything is loaded
+from it (:mod:`tunekit.backends.cache`: a private folder, entries owned by this user and writable by
+nobody else), and every built ``.so`` has its SHA-256 in a side file (``<name>.so.sha256``) that
+must match before it is loaded. An entry that fails either check, or fails to load (a torn or
+corrupt file), is rebuilt once. Builds go to a temporary folder, then are renamed into place under an
+exclusive lock on the cache folder, so concurrent first uses (threads or processes) never see a torn
+file and build once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -15,11 +23,20 @@ import shutil
 import subprocess
 import sysconfig
 import tempfile
+import threading
 from importlib import resources
 
-from .cache import cache_dir
+from . import cache
+from .env import SettingError, switch
 
-__all__ = ["compiler", "build", "load", "disabled", "load_or_reason"]
+try:
+    import fcntl
+except ImportError:  # not POSIX: builders in other processes are not excluded (renames stay atomic)
+    fcntl = None
+
+__all__ = ["compiler", "build", "load", "verify", "load_or_reason"]
+
+_HASH_SUFFIX = ".sha256"
 
 
 def compiler(cxx: bool) -> str | None:
@@ -35,10 +52,11 @@ def compiler(cxx: bool) -> str | None:
 
 
 def build(source: str, module: str, *, cxx: bool = False, flags: tuple[str, ...] = (),
-          directory: str | os.PathLike | None = None) -> str:
-    """Compile ``tunekit/backends/<source>`` into the extension ``module`` (or find it built); its
-    path. ``flags`` go to the compiler after the source (include paths, libraries). Raises
-    RuntimeError with the compiler's output when it cannot be built."""
+          directory: str | os.PathLike | None = None, rebuild: bool = False) -> str:
+    """Compile ``tunekit/backends/<source>`` into the extension ``module`` (or find it built and
+    verified); its path. ``flags`` go to the compiler after the source (include paths, libraries);
+    ``rebuild`` replaces an entry that verified but would not load. Raises RuntimeError with the
+    compiler's output when it cannot be built, UntrustedCache for a folder others can write."""
     code = resources.files("tunekit.backends").joinpath(source).read_text()
     cc = compiler(cxx)
     if cc is None:
@@ -48,26 +66,86 @@ def build(source: str, module: str, *, cxx: bool = False, flags: tuple[str, ...]
         raise RuntimeError(f"Python headers not found in {include}")
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     key = hashlib.sha256("\0".join((code, suffix, include, cc, *flags)).encode()).hexdigest()[:16]
-    base = os.fspath(directory) if directory is not None else os.fspath(cache_dir("launch"))
+    base = cache.private_dir(directory if directory is not None else cache.cache_dir("launch"))
     path = os.path.join(base, f"{module}-{key}{suffix}")
-    if os.path.exists(path):
+    if not rebuild and verify(path) is None:
         return path
-    os.makedirs(base, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=base) as tmp:
-        src = os.path.join(tmp, source)
-        with open(src, "w") as f:
-            f.write(code)
-        out = os.path.join(tmp, os.path.basename(path))
-        cmd = [*cc.split(), "-O2", "-shared", "-fPIC", f"-I{include}", src, *flags, "-o", out]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"compiling {source} failed ({' '.join(cmd)}):\n{run.stderr.strip()[-4000:]}")
-        os.replace(out, path)  # atomic: a concurrent builder's identical file or ours, never a torn one
+    with _exclusive(base):
+        if not rebuild and verify(path) is None:  # built by whoever held the lock before us
+            return path
+        _compile(code, source, [*cc.split(), "-O2", "-shared", "-fPIC", f"-I{include}"], list(flags), base, path)
     return path
 
 
+def _compile(code: str, source: str, command: list[str], flags: list[str], base, path: str) -> None:
+    """Compile into a temporary folder of ``base``; publish the hash, then the library, by rename."""
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        src = os.path.join(tmp, source)  # absolute: no path here can read as a compiler option
+        with open(src, "w") as f:
+            f.write(code)
+        out = os.path.join(tmp, os.path.basename(path))
+        cmd = [*command, src, *flags, "-o", out]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"compiling {source} failed ({' '.join(cmd)}):\n{run.stderr.strip()[-4000:]}")
+        os.chmod(out, 0o700)  # whatever the umask: writable by this user only
+        with open(out, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        side = out + _HASH_SUFFIX
+        with open(side, "w") as f:  # mkdtemp's folder is 0o700 and this file is new: the umask rules
+            f.write(digest + "\n")
+        os.chmod(side, 0o600)
+        os.replace(side, path + _HASH_SUFFIX)  # readers seeing the new hash with the old library
+        os.replace(out, path)  # take the lock, and find both new once we release it
+
+
+_thread_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _exclusive(folder):
+    """This process's threads, and other processes, one at a time in ``folder`` (flock on it)."""
+    with _thread_lock:
+        if fcntl is None:
+            yield
+            return
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def verify(path: str | os.PathLike) -> str | None:
+    """Why the built extension at ``path`` must not be loaded (missing, not private, its folder not
+    private, its recorded SHA-256 missing or different), or None."""
+    path = os.fspath(path)
+    problem = cache.folder_problem(os.path.dirname(os.path.abspath(path)))
+    if problem:
+        return problem
+    try:
+        with open(path, "rb") as f:
+            problem = cache.entry_problem(os.fstat(f.fileno()), path)
+            digest = None if problem else hashlib.sha256(f.read()).hexdigest()
+        with open(path + _HASH_SUFFIX, "rb") as f:
+            problem = problem or cache.entry_problem(os.fstat(f.fileno()), path + _HASH_SUFFIX)
+            recorded = f.read(200).decode(errors="replace").strip()
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if problem:
+        return problem
+    if recorded != digest:
+        return f"{path} does not match its recorded SHA-256 (a torn or altered file)"
+    return None
+
+
 def load(path: str, module: str):
-    """Import the extension ``module`` built at ``path``."""
+    """Import the extension ``module`` built at ``path``, after :func:`verify`; UntrustedCache
+    when it does not verify, ImportError / OSError when it does not load."""
+    problem = verify(path)
+    if problem:
+        raise cache.UntrustedCache(problem)
     loader = importlib.machinery.ExtensionFileLoader(module, path)
     spec = importlib.util.spec_from_file_location(module, path, loader=loader)
     mod = importlib.util.module_from_spec(spec)
@@ -75,17 +153,24 @@ def load(path: str, module: str):
     return mod
 
 
-def disabled(variable: str) -> bool:
-    """Whether the environment variable turns an extension off (0, false, no, off)."""
-    return os.environ.get(variable, "1").strip().lower() in ("0", "false", "no", "off")
-
-
 def load_or_reason(build_fn, module: str, variable: str):
-    """(the extension ``module`` built by ``build_fn()``, None), or (None, why not): turned off by
-    the environment ``variable``, or it could not be built (no compiler, no headers)."""
-    if disabled(variable):
-        return None, f"disabled by {variable}=0"
+    """(the extension ``module`` built by ``build_fn(rebuild=False)``, None), or (None, why not):
+    turned off by the environment ``variable``, or it could not be built (no compiler, no headers,
+    a cache others can write: warned once). An entry that does not verify or load is rebuilt once.
+    A ``variable`` or ``TUNEKIT_CACHE`` tunekit cannot read raises SettingError."""
+    if not switch(variable):
+        return None, f"disabled by {variable}={os.environ[variable].strip()}"
     try:
-        return load(build_fn(), module), None
+        path = build_fn()
+        try:
+            return load(path, module), None
+        except (ImportError, OSError, cache.UntrustedCache):
+            return load(build_fn(rebuild=True), module), None
+    except SettingError:
+        raise
+    except cache.UntrustedCache as exc:
+        cache.warn_once(f"extension:{exc}", f"tunekit: not loading {module} from the cache ({exc}); "
+                        f"the slower launch path runs instead")
+        return None, str(exc)
     except Exception as exc:  # the callers have a slower path that still works
         return None, str(exc)

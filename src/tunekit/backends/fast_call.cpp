@@ -18,6 +18,13 @@
 // (entry: its address, or a stand-in with its C signature in the tests) of `function` on
 // stream_fn(device_index) (torch's current raw stream) with the arguments (x, out, n), with x's
 // device current for the launch (a device guard: the driver launches in the current context).
+//
+//   set_context_hook(hook) -> the previous hook (or None)
+//
+// hook: None, or a callable of no arguments the Launcher calls after the driver refused a launch;
+// True when it made a context current in this thread (there was none: a thread whose first CUDA
+// work is this launch), and the launch is then retried once. Its exceptions are discarded (the
+// launch's error is reported). tunekit installs tunekit.backends.thread_context.launch_hook.
 #include <Python.h>
 
 #include <ATen/ATen.h>
@@ -36,6 +43,30 @@ typedef int (*launch_kernel_fn)(void* f, unsigned int grid_x, unsigned int grid_
                                 unsigned int shared_bytes, void* stream, void** params, void** extra);
 
 PyObject *s_defaults, *s_enabled, *s_cache_id;
+PyObject* context_hook = nullptr;  // see set_context_hook
+
+// After a refused launch: whether the hook made a context current (then the launch is retried).
+bool context_was_bound() {
+  if (context_hook == nullptr) return false;
+  PyObject* r = PyObject_CallNoArgs(context_hook);
+  const int yes = r == nullptr ? 0 : PyObject_IsTrue(r);
+  Py_XDECREF(r);
+  if (yes < 0 || PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  return yes != 0;
+}
+
+PyObject* set_context_hook(PyObject*, PyObject* hook) {
+  if (hook != Py_None && !PyCallable_Check(hook)) {
+    PyErr_SetString(PyExc_TypeError, "set_context_hook: hook must be callable or None");
+    return nullptr;
+  }
+  PyObject* previous = context_hook != nullptr ? context_hook : Py_NewRef(Py_None);
+  context_hook = hook == Py_None ? nullptr : Py_NewRef(hook);
+  return previous;  // the reference the module held
+}
 
 // -- FastCall ---------------------------------------------------------------------------------------
 
@@ -209,7 +240,9 @@ PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
   std::uint64_t values[3] = {reinterpret_cast<std::uintptr_t>(x_ptr), reinterpret_cast<std::uintptr_t>(out.data_ptr()),
                              static_cast<std::uint64_t>(self->n)};
   void* params[3] = {&values[0], &values[1], &values[2]};
-  const int err = self->entry(self->function, self->grid, 1, 1, self->block, 1, 1, 0, stream_handle, params, nullptr);
+  int err = self->entry(self->function, self->grid, 1, 1, self->block, 1, 1, 0, stream_handle, params, nullptr);
+  if (err != 0 && context_was_bound())
+    err = self->entry(self->function, self->grid, 1, 1, self->block, 1, 1, 0, stream_handle, params, nullptr);
   if (err != 0) {
     PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed: CUresult %d", err);
     return nullptr;
@@ -270,7 +303,13 @@ PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 // -- module -----------------------------------------------------------------------------------------
 
-PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "tunekit_fast_call", nullptr, -1, nullptr};
+PyMethodDef module_methods[] = {
+    {"set_context_hook", set_context_hook, METH_O,
+     "set_context_hook(hook): called after a refused launch, True to retry it once (see the file's comment)"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "tunekit_fast_call", nullptr, -1, module_methods};
 
 int ready_types() {
   FastCallType.tp_name = "tunekit_fast_call.FastCall";

@@ -12,9 +12,11 @@ Built at first use like the C launch extension (:mod:`tunekit.backends.extension
 compiler (``$CXX``, else ``c++`` / ``g++`` / ``clang++``), torch's headers and libraries, and keyed by
 torch's version and ABI too (~15 s the first time on a 2-core machine; cached after that). It
 needs no CUDA headers: CI builds and tests it on the CPU (the launch through a stand-in driver entry
-point). If it cannot be built, or ``TUNEKIT_FAST_CALL=0``, :func:`load` returns None,
+point). If it cannot be built, or ``TUNEKIT_FAST_CALL`` is off (0/false/no/off; any other value
+raises :class:`~tunekit.backends.env.SettingError` at the first load), :func:`load` returns None,
 :func:`unavailable` says why, and the Python fast path and runners are used instead: the same
-results, more host time.
+results, more host time. Its ``Launcher`` works from any thread, as the C launch does (a context
+bound after a refused launch, which is retried: ``set_context_hook``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 
 import torch
 
-from . import extension
+from . import extension, thread_context
 from ..tunable import context
 from ..tunable.fast_path import python_fast_call
 
@@ -48,15 +50,19 @@ def _flags() -> tuple[str, ...]:
             f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10")
 
 
-def build(directory: str | os.PathLike | None = None) -> str:
+def build(directory: str | os.PathLike | None = None, rebuild: bool = False) -> str:
     """Compile the extension (or find it already built); return the shared library's path.
-    Raises RuntimeError with the compiler's output when it cannot be built."""
-    return extension.build("fast_call.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory)
+    Raises RuntimeError with the compiler's output when it cannot be built; ``rebuild`` replaces a
+    cached build (one that would not load)."""
+    return extension.build("fast_call.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory, rebuild=rebuild)
 
 
 @functools.lru_cache(maxsize=None)
 def _load():
-    return extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_CALL")
+    module, reason = extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_CALL")
+    if module is not None:  # a thread with no current context: bound after its first refused launch
+        module.set_context_hook(thread_context.launch_hook)
+    return module, reason
 
 
 def load():

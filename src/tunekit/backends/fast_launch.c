@@ -16,6 +16,14 @@
  * ends (Hopper's programmatic dependent launch); the kernel must wait (griddepcontrol.wait) before
  * reading what that kernel wrote.
  *
+ * set_context_hook(hook) -> the previous hook (or None)
+ *
+ * hook:     None, or a callable of no arguments that the launches call after the driver refused one:
+ *           it returns True when it made a context current in this thread (there was none: a
+ *           thread whose first CUDA work is this launch), and the launch is then retried once. An
+ *           exception in it is discarded (the launch's own error is reported). tunekit installs
+ *           tunekit.backends.thread_context.launch_hook; the common path checks nothing.
+ *
  * A driver error raises RuntimeError carrying the CUresult code. No CUDA header is needed: the
  * driver entry points are called through their documented C signatures, and cuLaunchKernelEx's
  * structs are declared here as cuda.h lays them out (tests/backends/test_fast_launch.py compiles
@@ -68,6 +76,7 @@ _Static_assert(PROGRAMMATIC_STREAM_SERIALIZATION == CU_LAUNCH_ATTRIBUTE_PROGRAMM
 #endif
 
 static PyObject *data_ptr_name;
+static PyObject *context_hook; /* see set_context_hook; NULL: none */
 
 static int as_address(PyObject *o, void **out) {
   *out = PyLong_AsVoidPtr(o);
@@ -132,6 +141,30 @@ static int parse(const char *name, PyObject *const *args, Py_ssize_t nargs, laun
   return 0;
 }
 
+/* After a refused launch: whether the hook made a context current (then the launch is retried). */
+static int context_was_bound(void) {
+  if (context_hook == NULL) return 0;
+  PyObject *r = PyObject_CallNoArgs(context_hook);
+  int yes = r == NULL ? 0 : PyObject_IsTrue(r);
+  Py_XDECREF(r);
+  if (yes < 0 || PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  return yes;
+}
+
+static PyObject *set_context_hook(PyObject *self, PyObject *hook) {
+  (void)self;
+  if (hook != Py_None && !PyCallable_Check(hook)) {
+    PyErr_SetString(PyExc_TypeError, "set_context_hook: hook must be callable or None");
+    return NULL;
+  }
+  PyObject *previous = context_hook ? context_hook : Py_NewRef(Py_None);
+  context_hook = hook == Py_None ? NULL : Py_NewRef(hook);
+  return previous; /* the reference the module held */
+}
+
 static PyObject *result(const char *what, int err) {
   if (err != 0) {
     PyErr_Format(PyExc_RuntimeError, "%s failed: CUresult %d", what, err);
@@ -144,8 +177,10 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   (void)self;
   launch_args a;
   if (parse("launch", args, nargs, &a)) return NULL;
-  return result("cuLaunchKernel",
-                ((launch_kernel_fn)a.entry)(a.function, a.grid, 1, 1, a.block, 1, 1, 0, a.stream, a.params, NULL));
+  const launch_kernel_fn entry = (launch_kernel_fn)a.entry;
+  int err = entry(a.function, a.grid, 1, 1, a.block, 1, 1, 0, a.stream, a.params, NULL);
+  if (err != 0 && context_was_bound()) err = entry(a.function, a.grid, 1, 1, a.block, 1, 1, 0, a.stream, a.params, NULL);
+  return result("cuLaunchKernel", err);
 }
 
 static PyObject *launch_dependent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -157,7 +192,10 @@ static PyObject *launch_dependent(PyObject *self, PyObject *const *args, Py_ssiz
   attr.id = PROGRAMMATIC_STREAM_SERIALIZATION;
   attr.value.programmatic_stream_serialization_allowed = 1;
   const launch_config config = {a.grid, 1, 1, a.block, 1, 1, 0, a.stream, &attr, 1};
-  return result("cuLaunchKernelEx", ((launch_kernel_ex_fn)a.entry)(&config, a.function, a.params, NULL));
+  const launch_kernel_ex_fn entry = (launch_kernel_ex_fn)a.entry;
+  int err = entry(&config, a.function, a.params, NULL);
+  if (err != 0 && context_was_bound()) err = entry(&config, a.function, a.params, NULL);
+  return result("cuLaunchKernelEx", err);
 }
 
 static PyMethodDef methods[] = {
@@ -166,6 +204,8 @@ static PyMethodDef methods[] = {
     {"launch_dependent", (PyCFunction)(void (*)(void))launch_dependent, METH_FASTCALL,
      "launch_dependent(entry, function, grid, block, stream, *args): call cuLaunchKernelEx with programmatic "
      "stream serialization (see the file's comment)"},
+    {"set_context_hook", set_context_hook, METH_O,
+     "set_context_hook(hook): called after a refused launch, True to retry it once (see the file's comment)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,9 +12,12 @@ The extension is compiled at first use (:mod:`tunekit.backends.extension`: the s
 here needs CUDA headers or a GPU, so CI builds and tests it (through a stand-in entry point with
 cuLaunchKernel's signature).
 
-If it cannot be built (no compiler, no Python headers) or ``TUNEKIT_FAST_LAUNCH=0``, :func:`load`
-returns None, :func:`unavailable` says why, and kernels launch through cuda-bindings instead:
-slower on the host, the same on the device.
+If it cannot be built (no compiler, no Python headers, a cache folder others can write) or
+``TUNEKIT_FAST_LAUNCH`` is off (0/false/no/off; any other value raises
+:class:`~tunekit.backends.env.SettingError` at the first load), :func:`load` returns None,
+:func:`unavailable` says why, and kernels launch through cuda-bindings instead: slower on the host,
+the same on the device. A thread whose first CUDA work is a launch gets the device's primary
+context bound after the driver refuses it, and the launch retried (``set_context_hook``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 
-from . import extension
+from . import extension, thread_context
 from .driver import entry_point
 
 __all__ = ["load", "unavailable", "build", "driver_entry_point"]
@@ -30,15 +33,19 @@ __all__ = ["load", "unavailable", "build", "driver_entry_point"]
 _MODULE = "tunekit_fast_launch"
 
 
-def build(directory: str | os.PathLike | None = None) -> str:
+def build(directory: str | os.PathLike | None = None, rebuild: bool = False) -> str:
     """Compile the extension (or find it already built); return the shared library's path.
-    Raises RuntimeError with the compiler's output when it cannot be built."""
-    return extension.build("fast_launch.c", _MODULE, flags=("-Wall", "-Werror"), directory=directory)
+    Raises RuntimeError with the compiler's output when it cannot be built; ``rebuild`` replaces a
+    cached build (one that would not load)."""
+    return extension.build("fast_launch.c", _MODULE, flags=("-Wall", "-Werror"), directory=directory, rebuild=rebuild)
 
 
 @functools.lru_cache(maxsize=None)
 def _load():
-    return extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_LAUNCH")
+    module, reason = extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_LAUNCH")
+    if module is not None:  # a thread with no current context: bound after its first refused launch
+        module.set_context_hook(thread_context.launch_hook)
+    return module, reason
 
 
 def load():

@@ -7,7 +7,11 @@ machine code for the running GPU's architecture, cached on disk.
   and the op carries on.
 - The cubin cache (:func:`tunekit.backends.cache.cache_dir`) is keyed by a hash of the source,
   architecture, options and NVRTC version, and written to a temporary file then renamed, so two
-  processes compiling at once never leave a torn file.
+  processes compiling at once never leave a torn file. It is used only while private
+  (:mod:`tunekit.backends.cache`); a cached file that is not private or not an ELF image is compiled
+  again, and one that fails to load is replaced (``refresh=True``, from :mod:`tunekit.backends.cuda`).
+- A kernel can also be compiled alone (:mod:`tunekit.backends.kernel_units` builds its translation
+  unit): a fraction of a second where a whole file takes seconds.
 - Local ``#include "x.cuh"`` lines are inlined (:func:`source`), so NVRTC needs no include path for
   them and the source hash changes when a shared header does. Every header also has
   ``#pragma once``, so the same files compile with plain ``nvcc`` too.
@@ -23,11 +27,12 @@ import os
 import pathlib
 import re
 import tempfile
+import threading
 from importlib import resources
 
 import torch
 
-from .cache import cache_dir
+from .cache import UntrustedCache, cache_dir, entry_problem, private_dir, warn_once
 from .driver import NvrtcUnavailable, bindings, check
 
 __all__ = ["CompileError", "NvrtcUnavailable", "available", "compile_cubin", "source", "include_dirs", "arch_of",
@@ -113,28 +118,69 @@ def cubin_dir() -> pathlib.Path:
     return cache_dir("cubin")
 
 
-def compile_cubin(code: str, name: str, arch: str, options: tuple[str, ...] = (), *, use_cache: bool = True) -> bytes:
-    """Machine code for ``arch`` (e.g. "sm_90") of the CUDA C source ``code``."""
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def _lock(key: str) -> threading.Lock:
+    with _locks_lock:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def compile_cubin(code: str, name: str, arch: str, options: tuple[str, ...] = (), *, use_cache: bool = True,
+                  refresh: bool = False) -> bytes:
+    """Machine code for ``arch`` (e.g. "sm_90") of the CUDA C source ``code``; ``name`` names it in
+    errors and in the cache. ``refresh`` compiles again and replaces the cached file (one that
+    would not load). Threads asking for the same cubin at once compile it once."""
     opts = (f"--gpu-architecture={arch}", "-std=c++17", *options,
             *(f"-I{d}" for d in include_dirs()))
     key = hashlib.sha256("\0".join((code, arch, *opts, repr(nvrtc_version()))).encode()).hexdigest()[:32]
-    path = cubin_dir() / f"{name}-{arch}-{key}.cubin"
-    if use_cache:
-        try:
-            return path.read_bytes()
-        except OSError:
-            pass
-    cubin = _nvrtc_compile(code, name, opts)
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(cubin)
-            os.replace(tmp, path)  # atomic: readers see the old file, no file, or the whole new one
-        except OSError:
-            pass  # an unwritable cache only costs a recompilation
+    folder = _usable_cache() if use_cache else None
+    path = None if folder is None else folder / f"{_SAFE.sub('_', name)}-{arch}-{key}.cubin"
+    with _lock(key):
+        cubin = None if path is None or refresh else _read(path)
+        if cubin is None:
+            cubin = _nvrtc_compile(code, name, opts)
+            if path is not None:
+                _write(path, cubin)
     return cubin
+
+
+_SAFE = re.compile(r"[^\w.+-]")
+
+
+def _usable_cache() -> pathlib.Path | None:
+    """The cubin folder, created private; None (warned once) when others could write it."""
+    folder = cubin_dir()
+    try:
+        return private_dir(folder)
+    except UntrustedCache as exc:
+        warn_once(f"cubin:{folder}", f"tunekit: compiling CUDA C without the cubin cache ({exc})")
+    except OSError:  # an unwritable location only costs recompilation
+        pass
+    return None
+
+
+def _read(path: pathlib.Path) -> bytes | None:
+    """The cached cubin at ``path`` if it is there, private and an ELF image, else None."""
+    try:
+        with open(path, "rb") as f:
+            if entry_problem(os.fstat(f.fileno()), path):
+                return None  # replaced by the compile that follows (the folder is ours)
+            cubin = f.read()
+    except OSError:
+        return None
+    return cubin if cubin[:4] == b"\x7fELF" else None
+
+
+def _write(path: pathlib.Path, cubin: bytes) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")  # mode 0o600
+        with os.fdopen(fd, "wb") as f:
+            f.write(cubin)
+        os.replace(tmp, path)  # atomic: readers see the old file, no file, or the whole new one
+    except OSError:
+        pass  # an unwritable cache only costs a recompilation
 
 
 def _nvrtc_compile(code: str, name: str, opts: tuple[str, ...]) -> bytes:
@@ -144,17 +190,19 @@ def _nvrtc_compile(code: str, name: str, opts: tuple[str, ...]) -> bytes:
     try:
         encoded = [o.encode() for o in opts]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        # NVRTC writes into the buffers it is given: fresh bytearrays, never bytes (b" " * 1 is
+        # the interpreter's shared one-byte object, and writing into it changes b" " everywhere)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        log = bytearray(size)
         nvrtc.nvrtcGetProgramLog(prog, log)
         if int(result) != 0:
             raise CompileError(name, log.decode(errors="replace").rstrip("\0 \n"))
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         check(err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         check(err, "nvrtcGetCUBIN")
-        return cubin
+        return bytes(cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

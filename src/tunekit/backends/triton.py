@@ -67,15 +67,22 @@ class _Warming(threading.local):
 
 
 _warming = _Warming()
+_compiling: dict[int, threading.Lock] = {}  # id(kernel) -> the lock its warm-up compiles hold
+_compiling_lock = threading.Lock()
 
 
 def launch(fn, grid, *args, **kwargs) -> None:
     """``fn[grid](*args, **kwargs)``; inside :func:`warming`, compile for these arguments without
-    launching (Triton's ``warmup``: the same specialization a launch would compile and cache)."""
-    if _warming.active and not interpreted(fn):
-        fn.warmup(*args, grid=grid, **kwargs)
-    else:
+    launching (Triton's ``warmup``: the same specialization a launch would compile and cache). Warm-up
+    compiles of one kernel function run one at a time (its cache of specializations is shared);
+    different functions compile at once on several worker threads."""
+    if not (_warming.active and not interpreted(fn)):
         fn[grid](*args, **kwargs)
+        return
+    with _compiling_lock:
+        lock = _compiling.setdefault(id(fn), threading.Lock())
+    with lock:
+        fn.warmup(*args, grid=grid, **kwargs)
 
 
 @contextlib.contextmanager

@@ -79,8 +79,10 @@ struct GeluTanhBackwardFast {
   }
 };
 
+#ifndef TUNEKIT_SELECTED_KERNELS  // the kernels; tunekit.backends.kernel_units compiles one at a time
 TUNEKIT_FORMS(TUNEKIT_UNARY, gelu, GeluForward, GeluForwardFast<tunekit::NormalTailF16>,
               GeluForwardFast<tunekit::NormalTailBF16>)
 TUNEKIT_FORMS(TUNEKIT_UNARY, gelu_tanh, GeluTanhForward, GeluTanhForwardFast, GeluTanhForwardFast)
 TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_backward, GeluBackward, GeluBackwardFast, GeluBackwardFast)
 TUNEKIT_FORMS(TUNEKIT_BINARY, gelu_tanh_backward, GeluTanhBackward, GeluTanhBackwardFast, GeluTanhBackwardFast)
+#endif

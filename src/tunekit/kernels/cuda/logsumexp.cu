@@ -169,9 +169,8 @@ __device__ __forceinline__ void row_block(const T* x, T* out, long long cols) {
   if (threadIdx.x == 0) out[blockIdx.x] = from_float<T>(finish(p));
 }
 
-// Columns: block = IX threads along inner x RY along R; grid = (inner blocks, outer, splits)
-// flattened into blockIdx.x. Thread (tx, ty) owns columns i0 .. i0 + VEC - 1 and rows r = ty,
-// ty + RY, ... of its split.
+// Columns: block = IX threads along inner x RY along R; grid = (inner blocks, outer, splits) flattened into
+// blockIdx.x. Thread (tx, ty) owns columns i0 .. i0 + VEC - 1 and rows r = ty, ty + RY, ... of its split.
 template <typename T, int VEC, int UNROLL, int IX>
 __device__ __forceinline__ void columns(const T* x, T* out, float2* partials, long long outer, long long R,
                                         long long inner, long long chunk, long long splits) {
@@ -292,9 +291,8 @@ __device__ __forceinline__ void column_strip(const T* x, T* out, long long R, lo
 
 // The second pass of a split reduction: out[j] merges the splits' partials of result j, at
 // partials[j * result_stride + k * split_stride] for k < splits (split-major for rows and columns,
-// row-major for chunks). Each lane keeps 4 loads in flight (a load-then-merge loop waits on every
-// load), and merges go through shuffle trees, not one thread's serial chain of dependent merges
-// (docs/measurements.md).
+// row-major for chunks). Each lane keeps 4 loads in flight (a load-then-merge loop waits on every load),
+// and merges go through shuffle trees, not one thread's serial chain of dependent merges (docs/measurements.md).
 template <int THREADS>
 __device__ __forceinline__ Partial merge_splits(const float2* q, long long splits, long long split_stride, int lane) {
   Partial total{-TUNEKIT_INF, 0.0f};
@@ -390,6 +388,7 @@ __device__ __forceinline__ void combine_wide(const float2* partials, T* out, lon
     combine_wide<T>(partials, out, n, splits, split_stride, result_stride);                            \
   }
 
+#ifndef TUNEKIT_SELECTED_KERNELS  // the kernels; tunekit.backends.kernel_units compiles one at a time
 TUNEKIT_LSE_FORMS(f32, float, 4)
 extern "C" __global__ void __launch_bounds__(1024, 1)
     logsumexp_columns_strip_f32_vec(const float* x, float* out, long long R, long long inner) {
@@ -397,3 +396,4 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
 }
 TUNEKIT_LSE_FORMS(f16, __half, 8)
 TUNEKIT_LSE_FORMS(bf16, __nv_bfloat16, 8)
+#endif

@@ -199,6 +199,8 @@ __device__ __forceinline__ void flat_backward(const T* dy, const T* x, const T* 
   TUNEKIT_LSE_BACKWARD_FLAT(logsumexp_backward_flat_##suffix##_vec, T, VEC, 1)                         \
   TUNEKIT_LSE_BACKWARD_FLAT(logsumexp_backward_flat_##suffix##_vec_x2, T, VEC, 2)
 
+#ifndef TUNEKIT_SELECTED_KERNELS  // the kernels; tunekit.backends.kernel_units compiles one at a time
 TUNEKIT_LSE_BACKWARD_FORMS(f32, float, 4)
 TUNEKIT_LSE_BACKWARD_FORMS(f16, __half, 8)
 TUNEKIT_LSE_BACKWARD_FORMS(bf16, __nv_bfloat16, 8)
+#endif

@@ -28,5 +28,7 @@ struct SiluBackwardFast {
   }
 };
 
+#ifndef TUNEKIT_SELECTED_KERNELS  // the kernels; tunekit.backends.kernel_units compiles one at a time
 TUNEKIT_FORMS(TUNEKIT_UNARY, silu, SiluForward, SiluForwardFast, SiluForwardFast)
 TUNEKIT_FORMS(TUNEKIT_BINARY, silu_backward, SiluBackward, SiluBackwardFast, SiluBackwardFast)
+#endif

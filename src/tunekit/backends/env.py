@@ -1,0 +1,55 @@
+"""The environment variables the backends read, parsed strictly: a value tunekit cannot read is an
+error that names the variable, never silently taken as the default.
+
+- Switches (``TUNEKIT_FAST_CALL``, ``TUNEKIT_FAST_LAUNCH``, ``TUNEKIT_PDL``): exactly one of
+  1/0, true/false, yes/no, on/off (any case, surrounding whitespace ignored); unset means the
+  default. Anything else, the empty string included, raises :class:`SettingError`.
+- They are read where they are first needed (the extension's first load, a device's first
+  dependent launch), not at import; reading one checks all three, so a bad value is reported by
+  the first read of any of them. Where that read happens inside a candidate being checked during
+  tuning, the runtime records the error as that candidate's; the extensions are also loaded after
+  a choice is made (the cached call's runner), where the error reaches the caller.
+
+``TUNEKIT_CACHE`` (where build outputs live) is read by :mod:`tunekit.backends.cache`.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["SettingError", "switch", "SWITCHES", "SWITCH_VALUES"]
+
+#: the backends' switches, each with its default
+SWITCHES = {"TUNEKIT_FAST_CALL": True, "TUNEKIT_FAST_LAUNCH": True, "TUNEKIT_PDL": True}
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+#: the values a switch accepts, as the error message lists them
+SWITCH_VALUES = "1/0, true/false, yes/no, on/off (any case)"
+
+
+class SettingError(ValueError):
+    """An environment variable holds a value tunekit cannot read; the message names the variable.
+    Callers that fall back on other errors (an extension that cannot be built) let this one through."""
+
+
+def switch(variable: str, default: bool = True) -> bool:
+    """The on/off value of the environment ``variable``; ``default`` when it is unset. Every switch
+    of :data:`SWITCHES` is checked too: SettingError names the first that holds a bad value."""
+    for other, other_default in SWITCHES.items():
+        if other != variable:
+            _parse(other, other_default)
+    return _parse(variable, default)
+
+
+def _parse(variable: str, default: bool) -> bool:
+    raw = os.environ.get(variable)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise SettingError(f"{variable}={raw!r}: expected one of {SWITCH_VALUES}, or unset for the default "
+                       f"({'on' if default else 'off'})")

@@ -1,0 +1,57 @@
+"""A device's primary context made current in the calling thread, for driver calls made there.
+
+The driver API (module loads, ``cuLaunchKernel``) works in the calling thread's current context. A
+thread whose first CUDA work is a tunekit launch has none: torch's runtime calls bind the primary
+context lazily, and torch skips ``cudaSetDevice`` when the device asked for is already the thread's
+current one (device 0 in a fresh thread), so ``with torch.cuda.device(0)`` binds nothing there. The
+launch then fails with CUDA_ERROR_INVALID_CONTEXT (201).
+
+Launches pay nothing for this on the common path: the C and C++ launchers call :func:`launch_hook`
+only after the driver refused a launch, and retry once when it bound a context (no context was
+current). Module loads (a worker thread may compile and load kernels) call :func:`bind` first.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .device import current_device
+from .driver import bindings, check
+
+__all__ = ["bind", "launch_hook"]
+
+
+@functools.lru_cache(maxsize=None)
+def _primary_context(index: int):
+    """Device ``index``'s primary context, retained once per process (torch uses the same one and
+    never releases it either)."""
+    driver, _ = bindings()
+    err, device = driver.cuDeviceGet(index)
+    check(err, f"cuDeviceGet({index})")
+    err, context = driver.cuDevicePrimaryCtxRetain(device)
+    check(err, f"cuDevicePrimaryCtxRetain({index})")
+    return context
+
+
+def bind(index: int | None = None) -> bool:
+    """Make device ``index``'s primary context current in this thread when no context is (``index``
+    None: the thread's current device as torch sees it); True when it did. A context already
+    current is left alone: another device's is the caller's to switch (``torch.cuda.device``)."""
+    driver, _ = bindings()
+    err, context = driver.cuCtxGetCurrent()
+    check(err, "cuCtxGetCurrent")
+    if int(context) != 0:
+        return False
+    (err,) = driver.cuCtxSetCurrent(_primary_context(current_device() if index is None else index))
+    check(err, "cuCtxSetCurrent")
+    return True
+
+
+def launch_hook() -> bool:
+    """What the C / C++ launchers call after a failed launch: :func:`bind` for the current device,
+    True when the launch is worth retrying. Never raises: the launch's own error is the one to
+    report."""
+    try:
+        return bind()
+    except Exception:
+        return False
