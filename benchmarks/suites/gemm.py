@@ -82,10 +82,11 @@ def all_shapes() -> list[Shape]:
                      Shape("gpt2head.M4096", 4096, 50257, 768)]
 
 
-_DEFAULT = ([f"llama3-8b.{proj}.M{M}" for M in (1, 16) for proj in ("qo", "up", "down")]
-            + [f"llama3-8b.{proj}.M4096" for proj in ("qo", "kv", "up", "down")]
-            + ["llama3-70b.qo.M8192", "llama3-70b.down.M8192", "square8192", "odd4097x4095x4096", "odd777x1555x333",
-               "oddN2048x4095x4096", "oddK2048x4096x4095", "gpt2head.M4096"])
+#: the default subset, the issue's goals first (a --time-limit run keeps them): odd shapes, then aligned, then decode
+_DEFAULT = ["odd4097x4095x4096", "odd777x1555x333", "llama3-8b.qo.M4096", "square8192", "llama3-8b.up.M16",
+            "llama3-8b.up.M4096", "llama3-8b.down.M1", "gpt2head.M4096", "oddN2048x4095x4096", "oddK2048x4096x4095",
+            "llama3-8b.kv.M4096", "llama3-8b.down.M4096", "llama3-70b.qo.M8192", "llama3-70b.down.M8192",
+            "llama3-8b.qo.M1", "llama3-8b.up.M1", "llama3-8b.qo.M16", "llama3-8b.down.M16"]
 _AUTOTUNE = {"llama3-8b.up.M16", "llama3-8b.qo.M4096", "square8192", "odd4097x4095x4096"}
 _FUSED = {"llama3-8b.up.M16", "llama3-8b.up.M4096"}
 SMOKE = [Shape("smoke.linear", 12, 24, 40, "linear", autotune=True, fused=True), Shape("smoke.odd", 17, 9, 33, "mm")]
@@ -315,6 +316,7 @@ def render(raw: dict) -> str:
     lines = [f"# GEMM: {raw['device']} ({raw['date'][:10]})", "",
              f"torch {info['torch']}, CUDA {info['cuda']}, triton {info['triton']}; `{raw['command']}`; {raw['dtype']}; "
              f"{raw['timing']}; run took {raw['elapsed_s']:.0f} s. Dense peak: {peak or 'unknown'} TFLOP/s.", "",
+             *([f"Left out at the time limit: {', '.join(raw['left_out'])}.", ""] if raw.get("left_out") else []),
              "## Goals", ""] + goals(rows) + ["", "## Shapes", "",
              "| shape | M x N x K | cuBLAS µs | TF/s | % peak | tunekit µs | vs cuBLAS | TF/s | % peak | choice | "
              "first use µs (vs cuBLAS) | TunableOp µs (vs) | max-autotune µs (vs) | tune s: first use / budget / warm | "
@@ -352,6 +354,7 @@ def main(argv=None) -> int:
     ap.add_argument("--first-use-limit", type=float, default=60.0, help="seconds of first-use calls at most")
     ap.add_argument("--autotune", choices=("default", "all", "none"), default="default")
     ap.add_argument("--no-tunableop", action="store_true")
+    ap.add_argument("--time-limit", type=float, default=None, help="seconds: no new shape (after the first) starts after them")
     ap.add_argument("--keep-caches", action="store_true", help="keep the Triton / Inductor compile caches")
     ap.add_argument("--smoke", action="store_true", help="two tiny shapes on the CPU: a check of this script")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results"))
@@ -371,6 +374,9 @@ def main(argv=None) -> int:
     raise_compile_limits()
     dtype, started, rows = DTYPES[args.dtype], time.perf_counter(), []
     for i, shape in enumerate(shapes):
+        if i and args.time_limit is not None and time.perf_counter() - started > args.time_limit:
+            log(f"time limit: {len(shapes) - i} shape(s) left out: {', '.join(s.name for s in shapes[i:])}")
+            break
         rows.append(measure(shape, dtype, device, args, tmp))
         t = rows[-1]["times_ms"]
         log(f"[{i + 1}/{len(shapes)}] {shape.name}: cuBLAS {_us(t['cublas'])} us, tunekit {_us(t['tunekit'])} us "
@@ -383,7 +389,7 @@ def main(argv=None) -> int:
            "command": " ".join(["python benchmarks/suites/gemm.py"] + (argv if argv is not None else sys.argv[1:])),
            "timing": "CUDA-graph replay, L2-cold inputs" if device.type == "cuda" else "host timer (smoke: meaningless)",
            "peak_tflops": peak_tflops(device, dtype), "elapsed_s": time.perf_counter() - started,
-           "args": vars(args), "rows": rows}
+           "args": vars(args), "rows": rows, "left_out": [s.name for s in shapes[len(rows):]]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"gemm{'-smoke' if args.smoke else ''}-{name.replace(' ', '_')}"

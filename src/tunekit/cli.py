@@ -29,7 +29,6 @@ import warnings
 import torch
 
 from ._version import __version__
-from .backends.env import SettingError  # TUNEKIT_FAST_CALL, TUNEKIT_PDL, ...: read at first use
 from .bench.report import add_bench_arguments, add_report_arguments
 from .bench.suites import sizes
 from .tunable import context
@@ -345,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with context.tuning(results=args.results) if args.results else contextlib.nullcontext():
                 return args.func(args)
-        except (UsageError, SettingsError, SettingError) as exc:  # settings: TUNEKIT_* read at first use
+        except (UsageError, SettingsError) as exc:  # settings, the backends' too (read at first use)
             print(f"tunekit: {_text(exc)}", file=sys.stderr)
             raise (exc if isinstance(exc, UsageError) else UsageError(_text(exc))) from None
         except KeyboardInterrupt:

@@ -7,7 +7,7 @@ import torch
 
 import tunekit
 from tunekit.ops.silu import SiluParams, silu_op, torch_silu
-from tunekit.tunable import find_fastest, results_store, tuning
+from tunekit.tunable import context, find_fastest, results_store, tuning
 from tunekit.tunable.host_time import HOST_TIE
 from tunekit.tunable.screen import input_sets
 from tunekit.tunable.tunable_op import TunableOp
@@ -112,13 +112,16 @@ def test_cached_call_does_not_synchronise_or_allocate_extra(cuda):
     torch.testing.assert_close(y, torch.nn.functional.silu(x))
 
 
-def test_tuning_a_new_elementwise_signature_stays_well_under_100_ms(cuda):
+def test_the_first_call_of_a_new_elementwise_signature_stays_well_under_100_ms(cuda):
+    """With the default step (tests otherwise tune in one call), a new signature's first call does one
+    step of its tuning session and runs the incumbent: a bound the user sees, not a benchmark."""
     tunekit.silu(torch.randn(1000, device=cuda))  # CUDA context, events, first allocations
     torch.cuda.synchronize()
-    for n in (1 << 16, 1 << 22, 1 << 24):
-        x = torch.randn(n, device=cuda, dtype=torch.float16)
-        t0 = time.perf_counter()
-        tunekit.silu(x)
-        torch.cuda.synchronize()
-        elapsed = (time.perf_counter() - t0) * 1e3
-        assert elapsed < 100, f"n={n}: first call took {elapsed:.1f} ms"
+    with tunekit.tuning(tuning_step_ms=context.TuningSettings().tuning_step_ms):
+        for n in (1 << 16, 1 << 22, 1 << 24):
+            x = torch.randn(n, device=cuda, dtype=torch.float16)
+            t0 = time.perf_counter()
+            tunekit.silu(x)
+            torch.cuda.synchronize()
+            elapsed = (time.perf_counter() - t0) * 1e3
+            assert elapsed < 100, f"n={n}: first call took {elapsed:.1f} ms"

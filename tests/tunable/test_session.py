@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from tunekit.tunable import results_store, tuning, validators
+from tunekit.tunable import results_store, session, tuning, validators
 from tunekit.tunable.find_fastest import find_fastest
 from tunekit.tunable.session import DECISIVE, MIN_ROUNDS
 
@@ -170,3 +170,20 @@ def test_explain_completes_a_tuning_in_progress():
         assert not op.resolve(ScaleParams(x)).cache
         e = explain(op, x)
     assert e.chosen == "fast" and e.complete
+
+
+def test_the_support_screen_is_not_charged_to_the_budget(monkeypatch):
+    """The screen's first run in a process imports the backends (Triton's GEMM kernels: ~0.4 s on the
+    H200 host): charged to a 200 ms budget, it left no candidate checked."""
+    op, clock = fresh_op({"ref": 4.0, "fast": 1.0})
+    screen = session.supports
+
+    def slow_first_import(c, p):
+        clock.advance(1000.0)
+        return screen(c, p)
+    monkeypatch.setattr(session, "supports", slow_first_import)
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+    assert report.choice == "fast" and report.complete, report.candidates
+    assert report.tuning_ms < 100.0

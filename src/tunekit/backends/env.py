@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 
+from ..tunable.errors import SettingsError
+
 __all__ = ["SettingError", "switch", "SWITCHES", "SWITCH_VALUES"]
 
 #: the backends' switches, each with its default
@@ -28,9 +30,10 @@ _OFF = ("0", "false", "no", "off")
 SWITCH_VALUES = "1/0, true/false, yes/no, on/off (any case)"
 
 
-class SettingError(ValueError):
-    """An environment variable holds a value tunekit cannot read; the message names the variable.
-    Callers that fall back on other errors (an extension that cannot be built) let this one through."""
+class SettingError(SettingsError):
+    """An environment variable the backends read holds a value tunekit cannot read; the message names
+    the variable. A SettingsError (so the ``tunekit`` command reports it like the runtime's settings);
+    callers that fall back on other errors (an extension that cannot be built) let this one through."""
 
 
 def switch(variable: str, default: bool = True) -> bool:

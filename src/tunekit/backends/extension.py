@@ -15,6 +15,7 @@ file and build once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -34,7 +35,7 @@ try:
 except ImportError:  # not POSIX: builders in other processes are not excluded (renames stay atomic)
     fcntl = None
 
-__all__ = ["compiler", "build", "load", "verify", "load_or_reason"]
+__all__ = ["compiler", "build", "load", "verify", "load_or_reason", "once"]
 
 _HASH_SUFFIX = ".sha256"
 
@@ -174,3 +175,22 @@ def load_or_reason(build_fn, module: str, variable: str):
         return None, str(exc)
     except Exception as exc:  # the callers have a slower path that still works
         return None, str(exc)
+
+
+def once(fn):
+    """``fn()`` computed once, by one thread while the others wait (the extensions are loaded from a
+    preparing worker thread and from the caller's: both must get the one module, imported once). An
+    exception is not kept: the next call tries again. ``cache_clear()`` forgets the value (tests)."""
+    lock = threading.Lock()
+    value = []
+
+    @functools.wraps(fn)
+    def memo():
+        if not value:
+            with lock:
+                if not value:
+                    value.append(fn())
+        return value[0]
+
+    memo.cache_clear = value.clear
+    return memo

@@ -21,7 +21,6 @@ bound after a refused launch, which is retried: ``set_context_hook``).
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -57,7 +56,7 @@ def build(directory: str | os.PathLike | None = None, rebuild: bool = False) -> 
     return extension.build("fast_call.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory, rebuild=rebuild)
 
 
-@functools.lru_cache(maxsize=None)
+@extension.once
 def _load():
     module, reason = extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_CALL")
     if module is not None:  # a thread with no current context: bound after its first refused launch

@@ -22,7 +22,6 @@ context bound after the driver refuses it, and the launch retried (``set_context
 
 from __future__ import annotations
 
-import functools
 import os
 
 from . import extension, thread_context
@@ -40,7 +39,7 @@ def build(directory: str | os.PathLike | None = None, rebuild: bool = False) -> 
     return extension.build("fast_launch.c", _MODULE, flags=("-Wall", "-Werror"), directory=directory, rebuild=rebuild)
 
 
-@functools.lru_cache(maxsize=None)
+@extension.once
 def _load():
     module, reason = extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_LAUNCH")
     if module is not None:  # a thread with no current context: bound after its first refused launch

@@ -75,22 +75,29 @@ def launch(fn, grid, *args, **kwargs) -> None:
     """``fn[grid](*args, **kwargs)``; inside :func:`warming`, compile for these arguments without
     launching (Triton's ``warmup``: the same specialization a launch would compile and cache). Warm-up
     compiles of one kernel function run one at a time (its cache of specializations is shared);
-    different functions compile at once on several worker threads."""
+    different functions compile at once on several worker threads. The warm-up also loads the
+    compiled module onto the device (milliseconds per kernel that a first launch, inside a tuning
+    check, would otherwise pay); a kernel the device cannot hold (shared memory) raises here."""
     if not (_warming.active and not interpreted(fn)):
         fn[grid](*args, **kwargs)
         return
     with _compiling_lock:
         lock = _compiling.setdefault(id(fn), threading.Lock())
     with lock:
-        fn.warmup(*args, grid=grid, **kwargs)
+        compiled = fn.warmup(*args, grid=grid, **kwargs)
+    load = getattr(compiled, "_init_handles", None)  # Triton's own first-launch step (3.x)
+    if load is not None:
+        load()
 
 
 @contextlib.contextmanager
-def warming():
-    """A block in which this thread's Triton launches (through :func:`launch`) only compile: what a
-    candidate's ``prepare`` runs on a worker thread, so a later launch finds its kernel compiled."""
+def warming(device: torch.device | None = None):
+    """A block in which this thread's Triton launches (through :func:`launch`) only compile and load:
+    what a candidate's ``prepare`` runs on a worker thread, so a later launch finds its kernel ready.
+    ``device`` is made current for the block (a worker thread starts on device 0)."""
     before, _warming.active = _warming.active, True
     try:
-        yield
+        with on_device(device) if device is not None else contextlib.nullcontext():
+            yield
     finally:
         _warming.active = before

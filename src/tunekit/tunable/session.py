@@ -19,7 +19,9 @@ numerical check probes decisively faster (:data:`DECISIVE`), then that challenge
 The session owns copies of the inputs (the caller's tensors may change between calls), the input
 sets that keep timed runs cold in L2, and each candidate's captured measurement; it drops them when
 it ends. Budget: ``max_tuning_ms`` of the calling thread's time inside :meth:`advance`, waits for
-background preparation excluded (they cost the call's share, not the budget).
+background preparation excluded (they cost the call's share, not the budget), and so is the support
+screen (its first run in a process imports the backends: half a second for Triton's GEMM kernels,
+which left a 200 ms budget nothing to check a candidate with).
 """
 
 from __future__ import annotations
@@ -160,7 +162,11 @@ class TuningSession:
     def _work(self):
         # long: the whole tuning as one generator, so the steps read in order; each phase is a method
         op, s = self.op, self.settings
-        supported = self._screen_support()
+        self.budget.pause()  # screening loads the backends (once per process): not this signature's work
+        try:
+            supported = self._screen_support()
+        finally:
+            self.budget.resume()
         base, expected = reference(op, self.trial)
         self.base = base
         self.agree = op.numerics(self.trial) if s.numerical_check else None

@@ -113,11 +113,15 @@ class CudaElementwise(Candidate):
 
     def prepare(self, p) -> None:
         """Compile and load this form's kernel on ``p``'s device (tuning calls it on a worker
-        thread, so the candidate's first run does not wait for NVRTC)."""
+        thread, so the candidate's first run does not wait for NVRTC), and build the launch
+        extensions its runner uses (the C++ one takes seconds on a machine's first use: never on the
+        caller's thread while a session runs)."""
         index = p.x.get_device()
         self.kernel.address(index)
         if self.persistent:
             self.kernel.resident_blocks(index, BLOCK)
+        if cuda.direct_launch() is not None:
+            fast_call.load()
 
     def run(self, p):
         # the cached call's path: every line here is host time on each call
@@ -160,9 +164,14 @@ class CudaElementwise(Candidate):
         if native is not None:
             return native.Launcher(fast_launch.driver_entry_point(), function, grid, BLOCK, n, index, stream)
         empty_like = torch.empty_like
+        current_device = cuda.current_device
+        kernel = self.kernel
 
         def runner(x):
             out = empty_like(x)
+            if current_device() != index:  # the driver launches in the current device's context
+                kernel.launch(index, grid, BLOCK, x, out, n)
+                return out
             launch(function, grid, BLOCK, stream(index), x, out, n)
             return out
 

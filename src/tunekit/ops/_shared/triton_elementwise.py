@@ -105,7 +105,7 @@ class TritonElementwise(Candidate):
         """Compile this configuration's kernel for ``p`` without launching it (tuning calls it on a
         worker thread, so the first real launch finds it compiled)."""
         if p.x.device.type == "cuda":
-            with triton_backend.warming():
+            with triton_backend.warming(p.x.device):
                 self.run(p)
 
     def source_hash(self) -> str:

@@ -139,9 +139,25 @@ class TritonGemm(Candidate):
             return "out overlaps itself or an input (in place is out = c only)"
         if self.config.SPLIT_K > 1 and p.deterministic:
             return "split-K excluded in deterministic mode (torch.use_deterministic_algorithms)"
+        if device.type == "cuda" and self._shared_memory(p) > SMEM_BYTES:
+            return f"needs about {self._shared_memory(p) // 1024} KB of shared memory (227 KB per block)"
         if self.kind in ("tma", "padded"):
             return self._tma_problem(p, device)
         return None
+
+    def _shared_memory(self, p) -> int:
+        """Bytes of shared memory the compiled kernel needs, from above: the pipeline's A and B tiles;
+        the TMA kinds also stage the output tile, and a C of rows (not a bias), through shared memory
+        for their TMA epilogue. Refusing here saves a compile that fails at launch (bf16 256x128x64 in
+        4 stages through TMA: 240 KB). An upper bound: every configuration it passed launched in the H100
+        tests, and a few float32 decode ones it refuses would fit."""
+        cfg, size = self.config, p.a.element_size()
+        pipeline = cfg.num_stages * (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * size
+        if self.kind not in ("tma", "padded"):
+            return pipeline
+        c = getattr(p, "c", None)
+        tiles = 1 + (c is not None and c.dim() >= 2 and c.size(-2) > 1 and c.stride(-2) != 0)
+        return pipeline + tiles * cfg.BLOCK_M * cfg.BLOCK_N * size
 
     def _tma_problem(self, p, device) -> str | None:
         if device.type == "cuda" and _capability(device) < (9, 0):
@@ -171,9 +187,6 @@ class TritonGemm(Candidate):
             return "tile more than twice the problem"
         if cfg.BLOCK_K > 2 * max(16, _pow2_at_least(K)):
             return "BLOCK_K more than twice K"
-        smem = cfg.num_stages * (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * p.a.element_size()
-        if p.a.is_cuda and smem > SMEM_BYTES:
-            return f"needs {smem // 1024} KB of shared memory"
         if cfg.SPLIT_K > 1:
             tiles = p.batch * -(-M // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
             if tiles >= _sms(p.a.device) or K < 4 * cfg.SPLIT_K * cfg.BLOCK_K:
@@ -216,7 +229,7 @@ class TritonGemm(Candidate):
         """Compile this configuration's kernels for ``p`` without launching them (tuning calls it on a
         worker thread, so the check's first launch finds them compiled)."""
         if p.a.device.type == "cuda":
-            with triton_backend.warming():
+            with triton_backend.warming(p.a.device):
                 self.run(p, copy=False)
 
     def source_hash(self) -> str:

@@ -97,10 +97,12 @@ class CudaReduction(Candidate):
 
     def prepare(self, p) -> None:
         """Compile and load this candidate's kernels (its own and the merge passes) on ``p``'s device:
-        tuning calls it on a worker thread, so the first run does not wait for NVRTC."""
+        tuning calls it on a worker thread, so the first run does not wait for NVRTC (nor for the C
+        launch extension's build, on a machine's first use)."""
         index = p.x.get_device()
         for kernel in (self.kernel, self.combine, self.combine_wide):
             kernel.address(index)
+        cuda.direct_launch()
 
     def source_hash(self) -> str:
         return hash_source(self.kernel.source_hash(), self.name, self.kernel.name, self.vec, self.unroll, BLOCK, IX)

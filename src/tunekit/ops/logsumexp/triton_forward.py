@@ -169,7 +169,7 @@ class TritonRows(Candidate):
         """Compile this candidate's kernels for ``p`` without launching them (tuning calls it on a
         worker thread)."""
         if p.x.device.type == "cuda":
-            with triton_backend.warming():
+            with triton_backend.warming(p.x.device):
                 self.run(p)
 
     def launch(self, tensors, out, outer: int, R: int, inner: int) -> None:
