@@ -42,6 +42,7 @@ def raw_state() -> dict:
 
 ORIGINAL = raw_state()  # taken at import, before any test patches anything
 TORCH_SILU, TORCH_GELU, TORCH_LOGSUMEXP = F.silu, F.gelu, torch.logsumexp
+TORCH_LINEAR = F.linear
 TENSOR_LOGSUMEXP = torch.Tensor.logsumexp
 ALL_OPS = ("silu", "gelu", "logsumexp", "silu_backward", "gelu_backward", "logsumexp_backward")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -366,7 +367,7 @@ def test_calls_from_inside_tunekit_reach_torch_not_the_patch(runs):
 
 # -- reversibility ----------------------------------------------------------------------------
 def test_undo_restores_the_exact_original_objects():
-    handle = tunekit.patch()
+    handle = tunekit.patch(patch_module.PATCHABLE_OPS)  # every op, gemm included
     assert handle.active and patched_ops() == {"silu", "gelu", "logsumexp", "gemm"}
     assert "logsumexp" in vars(torch.Tensor) and torch.Tensor.logsumexp is not TENSOR_LOGSUMEXP
     assert "active" in repr(handle)
@@ -396,12 +397,21 @@ def test_nested_patches_undone_in_any_order(order):
     assert_torch_untouched()
 
 
+def test_the_default_patch_leaves_gemm_out_and_takes_it_when_named():
+    with tunekit.patch():
+        assert patched_ops() == set(patch_module.DEFAULT_PATCH_OPS) == {"silu", "gelu", "logsumexp"}
+        assert F.linear is TORCH_LINEAR
+        with tunekit.patch(["gemm"]):
+            assert F.linear is not TORCH_LINEAR and "gemm" in patched_ops()
+        assert F.linear is TORCH_LINEAR
+
+
 def test_exceptions_inside_the_context_manager_undo_the_patch():
     with pytest.raises(KeyError):
         with tunekit.patch(["silu"]):
             with pytest.raises(ZeroDivisionError):
                 with tunekit.patch():
-                    assert patched_ops() == {"silu", "gelu", "logsumexp", "gemm"}
+                    assert patched_ops() == {"silu", "gelu", "logsumexp"}  # gemm: only when named
                     1 / 0
             assert patched_ops() == {"silu"}
             raise KeyError("out")

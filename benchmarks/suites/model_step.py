@@ -18,9 +18,11 @@ Method:
 - Two copies of each model with the same weights: one built and run without tunekit, one built and
   run under ``tunekit.patch()`` (entered around each block of steps, not each step). The step:
   gradients set to None (host only), forward with ``labels`` (the LM loss), ``loss.backward()``.
-- Warm-up steps first (``--warmup``, default 3): they include tunekit's tuning of each new signature
-  (a fresh results file per run, ``--tuning-ms`` per signature) and the first CUDA C / Triton
-  compilations. The settings are made process-wide (``tunekit.configure``), as autograd runs CUDA
+- Warm-up steps first (``--warmup``, default 3), then patched steps until no signature is still
+  tuning (tuning is spread over a signature's first calls): they include tunekit's tuning of each new
+  signature (a fresh results file per run, tunekit's default budget unless ``--tuning-ms``) and the
+  first CUDA C / Triton compilations. The first step's wall time, the steps and seconds until every
+  signature decided are reported as first use. The settings are made process-wide (``tunekit.configure``), as autograd runs CUDA
   backward ops on its own thread, which does not see a ``tunekit.tuning()`` block.
 - Then ``--rounds`` rounds; each times ``--steps`` steps of every variant in turn (interleaved, so
   clock and thermal drift hit all variants alike). A step's time is CUDA events around forward and
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import tunekit  # noqa: E402
 from tunekit.bench.measure import versions  # noqa: E402
-from tunekit.tunable.registry import get_op  # noqa: E402
+from tunekit.tunable.registry import all_ops, get_op  # noqa: E402
 
 OPS = ("silu", "silu_backward", "gelu", "gelu_backward", "logsumexp", "logsumexp_backward", "mm", "addmm")
 FULL = dict(hidden=1024, layers=4, heads=16, llama_mlp=2816, gpt2_mlp=4096, vocab=32000, batch=8, seq=512,
@@ -78,7 +80,7 @@ def model_pair(name, cfg, transformers, device, dtype):
     """(torch model, patched copy built under the patch) with the same weights."""
     torch.manual_seed(0)
     plain = build(name, cfg, transformers).to(device=device, dtype=dtype)
-    with tunekit.patch():
+    with tunekit.patch(PATCH_OPS[0]):
         patched = build(name, cfg, transformers).to(device=device, dtype=dtype)
     patched.load_state_dict(plain.state_dict())
     return plain, patched
@@ -148,15 +150,24 @@ def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
         """``fn()`` with the patch active for the patched variant (entered once per block, not per step)."""
         if variant == "torch":
             return fn()
-        with tunekit.patch():
+        with tunekit.patch(PATCH_OPS[0]):
             return fn()
 
+    start = time.perf_counter()
     losses = {v: in_variant(v, lambda: one_step(m).item()) for v, m in models.items()}  # first step: tunes
-    for _ in range(max(args.warmup - 1, 0)):
+    first_use = {"first_step_s": time.perf_counter() - start, "steps_until_tuned": None}
+    steps = 1
+    while steps < MAX_TUNING_STEPS and (steps < args.warmup or tuning_now()):
+        if first_use["steps_until_tuned"] is None and not tuning_now():
+            first_use["steps_until_tuned"] = steps  # first use: the patched steps until every signature decided
         for v, m in models.items():
             in_variant(v, lambda: one_step(m))
+        steps += 1
     if device.type == "cuda":
         torch.cuda.synchronize()
+    if first_use["steps_until_tuned"] is None and not tuning_now():
+        first_use["steps_until_tuned"] = steps
+    first_use["seconds_until_tuned"] = time.perf_counter() - start  # both variants' steps, synchronized
     times = {v: [] for v in models}
     for _ in range(args.rounds):
         for v, m in models.items():
@@ -167,13 +178,32 @@ def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
     return {"model": name, "losses": losses, "loss_diff": abs(losses["torch"] - losses["tunekit.patch"]),
             "median_ms": medians, "min_ms": {v: min(t) for v, t in times.items()},
             "max_ms": {v: max(t) for v, t in times.items()}, "steps_timed": len(times["torch"]),
-            "speedup": medians["torch"] / medians["tunekit.patch"], "tunekit_calls_per_step": calls}
+            "speedup": medians["torch"] / medians["tunekit.patch"], "tunekit_calls_per_step": calls,
+            "first_use": first_use}
+
+
+#: the ops the patched variant patches (``--patch-ops``; None: ``tunekit.patch()``'s default)
+PATCH_OPS: list = [None]
+#: patched steps the warm-up may add until no signature is still tuning
+MAX_TUNING_STEPS = 200
+
+
+def tuning_now() -> bool:
+    """Whether any tunekit op has a signature still tuning (its session spread over calls)."""
+    return any(op.sessions_in_progress() for op in all_ops())
 
 
 def tuned_choices(results) -> list[str]:
     store = tunekit.results_store(results)
     return [f"{e.op} `{e.signature}` -> `{e.choice}`" + ("" if e.complete else " (incomplete)")
             for op in OPS for e in store.entries(op)]
+
+
+def _first_use(f: dict | None) -> str:
+    if not f:
+        return "–"
+    steps = f["steps_until_tuned"] if f["steps_until_tuned"] is not None else f"> {MAX_TUNING_STEPS}"
+    return f"{f['first_step_s']:.2f}, {steps} ({f['seconds_until_tuned']:.1f})"
 
 
 def render(meta: dict, rows: list[dict]) -> str:
@@ -184,14 +214,14 @@ def render(meta: dict, rows: list[dict]) -> str:
              f"{meta['config']['seq']}, {meta['config']['dtype']}; timer: {meta['timer']}; median of "
              f"{rows[0]['steps_timed'] if rows else 0} steps per variant after {meta['args']['warmup']} warm-up steps.",
              "", "| model | torch ms | tunekit.patch ms | speedup | torch min-max | patched min-max | loss diff | "
-                 "tunekit calls / step |",
-             "|---|---:|---:|---:|---|---|---:|---|"]
+                 "tunekit calls / step | first use: first step s, steps (s) until tuned |",
+             "|---|---:|---:|---:|---|---|---:|---|---|"]
     for r in rows:
         calls = ", ".join(f"{op} {n}" for op, n in r["tunekit_calls_per_step"].items() if n) or "none"
         m, lo, hi = r["median_ms"], r["min_ms"], r["max_ms"]
         lines.append(f"| {r['model']} | {m['torch']:.3f} | {m['tunekit.patch']:.3f} | {r['speedup']:.3f}x | "
                      f"{lo['torch']:.3f}-{hi['torch']:.3f} | {lo['tunekit.patch']:.3f}-{hi['tunekit.patch']:.3f} | "
-                     f"{r['loss_diff']:.2e} | {calls} |")
+                     f"{r['loss_diff']:.2e} | {calls} | {_first_use(r.get('first_use'))} |")
     lines += ["", "Tuned choices:", ""] + [f"- {c}" for c in meta["tuned_choices"]] + [""]
     return "\n".join(lines)
 
@@ -208,8 +238,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant, tuning included (default 3)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--steps", type=int, default=4, help="timed steps per variant per round (default 4)")
-    ap.add_argument("--tuning-ms", type=float, default=2000.0, help="tuning budget per signature (default 2000)")
+    ap.add_argument("--tuning-ms", type=float, help="tuning budget per signature (default: tunekit's, 200)")
     ap.add_argument("--results", help="tunekit results file (default: a fresh one, so this run tunes)")
+    ap.add_argument("--patch-ops", help="comma-separated ops to patch, e.g. silu,gelu,logsumexp,gemm "
+                                        "(default: tunekit.patch()'s, GEMM left out)")
     args = ap.parse_args(argv)
     try:
         import transformers
@@ -228,7 +260,8 @@ def main(argv=None) -> int:
     cfg.update({k: v for k, v in vars(args).items() if k in cfg and v is not None})
     dtype = DTYPES[cfg["dtype"]]
     results = args.results or str(Path(tempfile.mkdtemp(prefix="tunekit-model-step-")) / "results.sqlite")
-    tunekit.configure(results=results, max_tuning_ms=args.tuning_ms)
+    PATCH_OPS[0] = [o.strip() for o in args.patch_ops.split(",")] if args.patch_ops else None
+    tunekit.configure(results=results, **({} if args.tuning_ms is None else {"max_tuning_ms": args.tuning_ms}))
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     timer = Timer(device)
     rows = []

@@ -2,7 +2,7 @@
 
 Usage::
 
-    with tunekit.patch():                # every op; tunekit.patch(["silu"]) for some of them
+    with tunekit.patch():                # every op but GEMM (opt-in: patch([..., "gemm"])); patch(["silu"]) for some
         loss = model(x).sum()            # F.silu, F.gelu, nn.SiLU/GELU, torch.logsumexp -> tunekit
         loss.backward()                  # the tuned backward ops
     handle = tunekit.patch()             # or as a plain call: active until undone
@@ -74,7 +74,7 @@ import torch
 from ..ops import FAMILIES
 from ..tunable.errors import TunekitWarning
 
-__all__ = ["patch", "Patch", "PATCHABLE_OPS", "PatchedAttribute", "attributes_of"]
+__all__ = ["patch", "Patch", "PATCHABLE_OPS", "DEFAULT_PATCH_OPS", "PatchedAttribute", "attributes_of"]
 
 _MISSING = object()  # "the owner had no entry of its own for this name"
 _LOCK = threading.Lock()
@@ -149,6 +149,8 @@ _ATTRIBUTES: dict[str, tuple[PatchedAttribute, ...]] = {
     for family in FAMILIES if family.patches
 }
 PATCHABLE_OPS = tuple(_ATTRIBUTES)
+#: what ``patch()`` with no ``ops`` patches: the families that patch by default (GEMM is named to be patched)
+DEFAULT_PATCH_OPS = tuple(f.name for f in FAMILIES if f.patches and f.patch_by_default)
 _ALL_ATTRIBUTES = tuple(a for attrs in _ATTRIBUTES.values() for a in attrs)
 
 
@@ -191,7 +193,7 @@ def attributes_of(op: str) -> tuple[PatchedAttribute, ...]:
 
 def _op_names(ops) -> tuple[str, ...]:
     if ops is None:
-        return PATCHABLE_OPS
+        return DEFAULT_PATCH_OPS
     if isinstance(ops, str):
         ops = (ops,)
     names = []
@@ -257,7 +259,8 @@ class Patch:
 def patch(ops=None) -> Patch:
     """Route existing code's calls of torch's functions through tunekit until undone.
 
-    ``ops``: None (all of ``PATCHABLE_OPS``), one name, or a sequence of names. Returns the
+    ``ops``: None (``DEFAULT_PATCH_OPS``: every family but GEMM, which is opt-in, e.g.
+    ``patch(["silu", "gelu", "logsumexp", "gemm"])``), one name, or a sequence of names. Returns the
     :class:`Patch` handle (``undo()`` / ``restore()``; a context manager). The module docstring
     says what is replaced, why this way, and the limits.
     """

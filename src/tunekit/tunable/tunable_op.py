@@ -266,6 +266,11 @@ class TunableOp:
         with TUNING_LOCK:
             return self._decided.get(s.cache_id, {}).get(params.signature())
 
+    def sessions_in_progress(self) -> int:
+        """How many of this op's signatures are tuning now, spread over their calls (any settings)."""
+        with TUNING_LOCK:
+            return len(self._sessions)
+
     def tuning_in_progress(self, params: OpParams, s: context.TuningSettings | None = None) -> bool:
         """Whether a tuning session for ``params``' signature is under way (spread over calls)."""
         return self.in_effect(params, s)[1]

@@ -37,4 +37,6 @@ class OpFamily:
     functions: dict[str, Callable]
     modules: dict[str, type] = field(default_factory=dict)
     patches: tuple[PatchTarget, ...] = ()
+    #: whether ``tunekit.patch()`` with no ``ops`` patches this family (False: only when named)
+    patch_by_default: bool = True
     custom_ops: dict[str, Any] = field(default_factory=dict)
