@@ -15,6 +15,7 @@ The package, by layer (each imports only from the layers before it): ``tunable``
 import sys as _sys
 
 from ._version import __version__
+from .backends import cache as _backend_cache, env as _backend_env
 from .ops import *  # noqa: F403  every op's public functions: silu, swish, gelu, logsumexp, ... (ops/__init__.py)
 from .ops import __all__ as _op_functions
 from .offline import distributed
@@ -30,10 +31,18 @@ from .tunable import (
     results_store,
     tuning,
 )
+from .tunable.context import exit_if_command as _exit_if_command
 
 _sys.modules[__name__ + ".nn"] = nn  # ``import tunekit.nn`` / ``from tunekit.nn import SiLU``, as torch.nn
 
 __all__ = [*_op_functions, "tuning", "settings", "configure", "explain", "results_store", "nn", "patch", "Patch",
            "distributed", "Explanation", "TuningSettings", "TunekitWarning", "__version__"]
+
+try:  # the backends' variables (read at a kernel's first load or launch) are checked now, on any machine
+    _backend_env.check_switches()
+    _backend_cache.cache_root()
+except _backend_env.SettingError as _error:
+    _exit_if_command(_error)
+    raise
 
 distributed.enable_from_environment()  # TUNEKIT_DISTRIBUTED=1: rank 0 decides for every rank

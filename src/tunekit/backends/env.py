@@ -4,9 +4,9 @@ error that names the variable, never silently taken as the default.
 - Switches (``TUNEKIT_FAST_CALL``, ``TUNEKIT_FAST_LAUNCH``, ``TUNEKIT_PDL``): exactly one of
   1/0, true/false, yes/no, on/off (any case, surrounding whitespace ignored); unset means the
   default. Anything else, the empty string included, raises :class:`SettingError`.
-- They are read where they are first needed (the extension's first load, a device's first
-  dependent launch), not at import; reading one checks all three, so a bad value is reported by
-  the first read of any of them. Where that read happens inside a candidate being checked during
+- ``import tunekit`` checks them (and ``TUNEKIT_CACHE``), like the runtime's settings; their values
+  are read where they are first needed (the extension's first load, a device's first dependent
+  launch), and reading one checks all three again. Where that read happens inside a candidate being checked during
   tuning, the runtime records the error as that candidate's; the extensions are also loaded after
   a choice is made (the cached call's runner), where the error reaches the caller.
 
@@ -19,7 +19,7 @@ import os
 
 from ..tunable.errors import SettingsError
 
-__all__ = ["SettingError", "switch", "SWITCHES", "SWITCH_VALUES"]
+__all__ = ["SettingError", "switch", "check_switches", "SWITCHES", "SWITCH_VALUES"]
 
 #: the backends' switches, each with its default
 SWITCHES = {"TUNEKIT_FAST_CALL": True, "TUNEKIT_FAST_LAUNCH": True, "TUNEKIT_PDL": True}
@@ -43,6 +43,13 @@ def switch(variable: str, default: bool = True) -> bool:
         if other != variable:
             _parse(other, other_default)
     return _parse(variable, default)
+
+
+def check_switches() -> None:
+    """SettingError for the first of :data:`SWITCHES` that holds a bad value (``import tunekit`` calls
+    it, so a bad value is reported on every machine, not only at a GPU's first launch)."""
+    for variable, default in SWITCHES.items():
+        _parse(variable, default)
 
 
 def _parse(variable: str, default: bool) -> bool:
