@@ -9,8 +9,9 @@ numerical check probes decisively faster (:data:`DECISIVE`), then that challenge
 
 - A first call must not stall: compiling a candidate's kernel (NVRTC, Triton) takes 0.1-1 s. With
   ``background``, candidates that have a ``prepare(params)`` method (the expensive first-use work:
-  compile and load, never a launch) are prepared on a worker thread, and a check waits for its
-  candidate's preparation only as long as the current call's share allows.
+  compile and load, never a launch) are prepared on worker threads; a call never waits for them
+  (it runs the incumbent, and a later call checks a candidate once it is prepared): waiting for a
+  compile took each call's whole 20 ms share for dozens of calls.
 - A budget spent before the timed rounds must not freeze the default when the evidence is already
   clear: a checked challenger whose probe is several times faster is no noise. After the budget,
   the choice is the incumbent (or, with complete rounds, the margin rule's winner), and the entry
@@ -142,18 +143,20 @@ class TuningSession:
         return self.report
 
     def _wait(self, end: float, step_ms: float) -> bool:
-        """Wait for the first pending preparation within the call's share; False when it is still running."""
+        """Wait for the first pending preparation when the session runs in one call (``find_fastest``);
+        a call with a finite share returns at once (False) instead: waiting would only delay the
+        caller (the preparation runs on its worker either way), so the call runs the incumbent and a
+        later call checks the candidate once it is ready."""
         pending = [f for f in self._futures.values() if not f.done()]
         if not pending:
             return True
+        if step_ms != math.inf:
+            return False
         self.budget.pause()
         start = self.clock()
         try:
-            timeout = None if step_ms == math.inf else max(0.0, end - self.clock())
-            pending[0].exception(timeout=timeout)
+            pending[0].exception()
             return True
-        except TimeoutError:
-            return False
         finally:
             self.waited_ms += (self.clock() - start) * 1e3
             self.budget.resume()
