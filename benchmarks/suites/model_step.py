@@ -76,11 +76,11 @@ def build(name: str, cfg: dict, transformers):
     return transformers.GPT2LMHeadModel(config)
 
 
-def model_pair(name, cfg, transformers, device, dtype):
-    """(torch model, patched copy built under the patch) with the same weights."""
+def model_pair(name, cfg, transformers, device, dtype, patch_ops=None):
+    """(torch model, patched copy built under ``tunekit.patch(patch_ops)``) with the same weights."""
     torch.manual_seed(0)
     plain = build(name, cfg, transformers).to(device=device, dtype=dtype)
-    with tunekit.patch(PATCH_OPS[0]):
+    with tunekit.patch(patch_ops):
         patched = build(name, cfg, transformers).to(device=device, dtype=dtype)
     patched.load_state_dict(plain.state_dict())
     return plain, patched
@@ -138,7 +138,7 @@ class Timer:
 
 
 def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
-    models = dict(zip(("torch", "tunekit.patch"), model_pair(name, cfg, transformers, device, dtype)))
+    models = dict(zip(("torch", "tunekit.patch"), model_pair(name, cfg, transformers, device, dtype, args.patch_ops)))
     torch.manual_seed(1)
     ids = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]), device=device)
 
@@ -150,7 +150,7 @@ def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
         """``fn()`` with the patch active for the patched variant (entered once per block, not per step)."""
         if variant == "torch":
             return fn()
-        with tunekit.patch(PATCH_OPS[0]):
+        with tunekit.patch(args.patch_ops):
             return fn()
 
     start = time.perf_counter()
@@ -182,8 +182,6 @@ def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
             "first_use": first_use}
 
 
-#: the ops the patched variant patches (``--patch-ops``; None: ``tunekit.patch()``'s default)
-PATCH_OPS: list = [None]
 #: patched steps the warm-up may add until no signature is still tuning
 MAX_TUNING_STEPS = 200
 
@@ -260,7 +258,7 @@ def main(argv=None) -> int:
     cfg.update({k: v for k, v in vars(args).items() if k in cfg and v is not None})
     dtype = DTYPES[cfg["dtype"]]
     results = args.results or str(Path(tempfile.mkdtemp(prefix="tunekit-model-step-")) / "results.sqlite")
-    PATCH_OPS[0] = [o.strip() for o in args.patch_ops.split(",")] if args.patch_ops else None
+    args.patch_ops = [o.strip() for o in args.patch_ops.split(",")] if args.patch_ops else None
     tunekit.configure(results=results, **({} if args.tuning_ms is None else {"max_tuning_ms": args.tuning_ms}))
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     timer = Timer(device)

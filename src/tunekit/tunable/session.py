@@ -129,7 +129,7 @@ class TuningSession:
         self.budget.resume()
         try:
             while self.clock() < end:
-                if next(self._steps, None) is _WAIT and not self._wait(end, step_ms):
+                if next(self._steps, None) is _WAIT and not self._wait(step_ms):
                     return False
                 if self.report is not None:
                     return True
@@ -142,7 +142,7 @@ class TuningSession:
         self.advance(math.inf)
         return self.report
 
-    def _wait(self, end: float, step_ms: float) -> bool:
+    def _wait(self, step_ms: float) -> bool:
         """Wait for the first pending preparation when the session runs in one call (``find_fastest``);
         a call with a finite share returns at once (False) instead: waiting would only delay the
         caller (the preparation runs on its worker either way), so the call runs the incumbent and a
