@@ -1,7 +1,7 @@
 """Every test gets its own results file and in-memory choices, so no test sees another's tuning.
 Without a GPU, Triton kernels run in Triton's interpreter.
 
-Tests tune a new signature in its first call (``TUNEKIT_TUNING_STEP_MS=inf``): most of them are about
+Shipped pre-tuned results are off (``TUNEKIT_USE_SHIPPED=0``). Tests tune a new signature in its first call (``TUNEKIT_TUNING_STEP_MS=inf``): most of them are about
 what tuning decides and stores, not about when. Tuning spread over calls, the default, has its own
 tests (``tests/tunable/test_session.py``), which set the step they test."""
 
@@ -34,6 +34,9 @@ def isolated_results(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TUNEKIT_RESULTS", str(path))
     monkeypatch.setenv("TUNEKIT_TUNING_STEP_MS", "inf")
+    # the results shipped for a GPU model would decide the signatures tests tune (tests/tunable/test_shipped.py
+    # turns them on)
+    monkeypatch.setenv("TUNEKIT_USE_SHIPPED", "0")
     context.reload_environment()
     for op in registry.all_ops():
         op.forget()

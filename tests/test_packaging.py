@@ -16,7 +16,7 @@ PACKAGE = ROOT / "src" / "tunekit"
 def test_every_runtime_source_file_is_package_data():
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["tunekit"]
     shipped = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*")
-               if p.suffix in (".cu", ".cuh", ".c", ".cpp", ".h") and "__pycache__" not in p.parts]
+               if p.suffix in (".cu", ".cuh", ".c", ".cpp", ".h", ".csv") and "__pycache__" not in p.parts]
     assert any(s.endswith(".cuh") for s in shipped) and any(s.endswith(".c") for s in shipped)
     missing = [s for s in shipped if not any(fnmatch.fnmatch(s, pat) for pat in patterns)]
     assert not missing, f"not in [tool.setuptools.package-data]: {missing}"

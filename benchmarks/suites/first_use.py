@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, help="rounds of the head-to-head timing (default 10; smoke 3)")
     ap.add_argument("--max-calls", type=int, default=200, help="calls allowed until the choice is final")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--no-shipped", action="store_true",
+                    help="children ignore shipped pre-tuned results (TUNEKIT_USE_SHIPPED=0); files end in -no_shipped")
     ap.add_argument("--time-limit", type=float, help="seconds for the whole run (default: the mode's)")
     ap.add_argument("--keep-caches", action="store_true", help="keep the cache folders (their path is printed)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results"))
@@ -53,6 +55,8 @@ def main(argv=None) -> int:
             options[key] = value
     if args.no_compile:
         options["compile"] = False
+    if args.no_shipped:
+        options["shipped"] = False
     command = " ".join(["python benchmarks/suites/first_use.py"] + (argv if argv is not None else sys.argv[1:]))
     raw = run(**options, max_calls=args.max_calls, keep_caches=args.keep_caches, command=command, args=vars(args),
               on_update=lambda partial: write_files(partial, args.out))

@@ -101,7 +101,8 @@ def test_environment_values_that_mean_nothing_are_errors_naming_the_variable(mon
         context.reload_environment()
     assert "\n" not in str(raised.value) and len(str(raised.value)) < 300
     kept = tunekit.settings()  # the defaults (the suite runs with TUNEKIT_TUNING_STEP_MS=inf: tests/conftest.py)
-    assert kept == context.TuningSettings(results=kept.results, tuning_step_ms=kept.tuning_step_ms)
+    assert kept == context.TuningSettings(results=kept.results, tuning_step_ms=kept.tuning_step_ms,
+                                          use_shipped=kept.use_shipped)  # what conftest sets
 
 
 def test_environment_values_that_mean_something_are_read(monkeypatch):

@@ -75,7 +75,9 @@ def test_the_op_switches_to_the_injected_fast_call_at_its_first_runner():
     op = make_fast_op({"ref": 2.0, "fast": 1.0})
     assert op.fast_call(torch.randn(4)) is None
     op(FastScaleParams(torch.randn(100)))
-    assert type(op.fast_call) is type(fast_call.make_fast_call({}))
+    module = fast_call._load_in_background().result(timeout=600)  # installed once built (a worker builds it)
+    assert module is None or type(op.fast_call) is module.FastCall
+    assert module is not None or op.fast_call.__name__ == "fast_call"  # the Python one
 
 
 def test_the_runner_of_the_choice_runs_for_every_tensor_of_the_key(implementation):

@@ -39,8 +39,8 @@ def test_tuning_is_spread_over_calls_each_within_its_step_and_finishes():
     op, clock = fresh_op({"ref": 2.0, "fast": 1.0, "medium": 1.5})
     x = torch.randn(64)
     costs = call_costs(op, clock, x, 40, tuning_step_ms=4.0, max_tuning_ms=1000.0)
-    # a call's tuning stops at the first piece of work that starts past its step: at most one
-    # piece (one candidate run, here <= 2 ms x the sets) over, plus the call's own run
+    # a call's tuning starts no piece of work its recent pieces say would not fit (a piece longer
+    # than predicted may still end past the step: here <= 2 ms x the sets), plus the call's own run
     assert all(ms <= 4.0 + 2.0 + 2.0 for ms, _ in costs), costs
     signature = ScaleParams(x).signature()
     entry = results_store().get("scale", signature, CPU)
@@ -48,6 +48,28 @@ def test_tuning_is_spread_over_calls_each_within_its_step_and_finishes():
     finished = next(i for i, (ms, runs) in enumerate(costs) if ms == pytest.approx(1.0))
     assert finished > 1  # it took several calls...
     assert all(ms == pytest.approx(1.0) for ms, _ in costs[finished:])  # ...then every call is the winner alone
+
+
+@pytest.mark.parametrize("piece_ms, share_ms, per_call_ms", [(3.0, 10.0, 9.0), (15.0, 10.0, 15.0), (4.0, 10.0, 8.0)])
+def test_a_call_starts_no_piece_of_work_that_would_not_fit_its_share(piece_ms, share_ms, per_call_ms):
+    """The per-call cap: three 3 ms pieces fit a 10 ms share and a fourth would not (without the
+    look-ahead, the call ended at 12 ms); a piece longer than the share still runs, alone, so that
+    tuning progresses."""
+    op, clock = fresh_op({"ref": 1.0, "fast": 0.5})
+    with tuning(max_tuning_ms=1e6) as s:
+        tuning_session = session.TuningSession(op, ScaleParams(torch.randn(8)), s, clock=clock)
+
+    def pieces():
+        while True:
+            clock.advance(piece_ms)
+            yield
+    tuning_session._steps = pieces()
+    spent = []
+    for _ in range(5):
+        before = clock()
+        assert tuning_session.advance(share_ms) is False
+        spent.append(round((clock() - before) * 1e3, 6))
+    assert spent == [per_call_ms] * 5
 
 
 def test_calls_run_the_default_until_a_challenger_is_decisive_then_the_challenger():

@@ -180,7 +180,8 @@ def load_or_reason(build_fn, module: str, variable: str):
 def once(fn):
     """``fn()`` computed once, by one thread while the others wait (the extensions are loaded from a
     preparing worker thread and from the caller's: both must get the one module, imported once). An
-    exception is not kept: the next call tries again. ``cache_clear()`` forgets the value (tests)."""
+    exception is not kept: the next call tries again. ``done()``: whether the value is there;
+    ``cache_clear()`` forgets it (tests)."""
     lock = threading.Lock()
     value = []
 
@@ -193,4 +194,5 @@ def once(fn):
         return value[0]
 
     memo.cache_clear = value.clear
+    memo.done = lambda: bool(value)
     return memo

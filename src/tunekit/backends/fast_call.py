@@ -8,7 +8,7 @@ host time above ``F.silu``'s, while from the ``at::Tensor`` they are plain field
 likewise allocates with ``at::empty_like`` and launches without a Python frame between them. The
 host times: ``docs/measurements.md`` (host time of a cached call).
 
-Built at first use like the C launch extension (:mod:`tunekit.backends.extension`), with the C++
+Built at first use (on a worker thread: :func:`make_fast_call`) like the C launch extension (:mod:`tunekit.backends.extension`), with the C++
 compiler (``$CXX``, else ``c++`` / ``g++`` / ``clang++``), torch's headers and libraries, and keyed by
 torch's version and ABI too (~15 s the first time on a 2-core machine; cached after that). It
 needs no CUDA headers: CI builds and tests it on the CPU (the launch through a stand-in driver entry
@@ -22,16 +22,21 @@ bound after a refused launch, which is retried: ``set_context_hook``).
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
 from . import extension, thread_context
+from .env import switch
 from ..tunable import context
 from ..tunable.fast_path import python_fast_call
 
 __all__ = ["load", "unavailable", "build", "make_fast_call"]
 
 _MODULE = "tunekit_fast_call"
+_loading: Future | None = None
+_loading_lock = threading.Lock()
 
 
 def _flags() -> tuple[str, ...]:
@@ -74,10 +79,29 @@ def unavailable() -> str | None:
     return _load()[1]
 
 
-def make_fast_call(runners: dict):
-    """``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``): the C++
-    ``FastCall`` where the extension builds, else the runtime's Python one (the same steps)."""
-    module = load()
-    if module is None:
-        return python_fast_call(runners)
-    return module.FastCall(runners, context._current, context, torch.Tensor)
+def _load_in_background() -> Future:
+    """:func:`load` on a worker thread, started once: the Future of the module (or None)."""
+    global _loading
+    with _loading_lock:
+        if _loading is None:
+            _loading = ThreadPoolExecutor(1, thread_name_prefix="tunekit-fast-call-build").submit(load)
+        return _loading
+
+
+def make_fast_call(runners: dict, install) -> None:
+    """``install`` a ``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``):
+    the C++ ``FastCall`` once the extension is loaded, the runtime's Python one (the same steps)
+    until then, and for good where it does not build.
+
+    Why on a worker: building takes seconds the first time on a machine (12-14 s measured on the
+    H100 machine), and the call that caches an op's first runner must not wait for the compiler."""
+    def install_for(module) -> None:
+        install(python_fast_call(runners) if module is None else
+                module.FastCall(runners, context._current, context, torch.Tensor))
+
+    if _load.done() or not switch("TUNEKIT_FAST_CALL"):  # a bad value raises SettingError here
+        install_for(load())
+        return
+    install_for(None)
+    _load_in_background().add_done_callback(
+        lambda done: done.exception() is None and done.result() is not None and install_for(done.result()))

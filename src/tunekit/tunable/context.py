@@ -39,6 +39,9 @@ class TuningSettings:
     tuning: bool = True
     #: Use results already in the store (False ignores them: every new signature is tuned again).
     use_stored: bool = True
+    #: Use the pre-tuned results shipped for this GPU model where the store has no valid entry
+    #: (``tunable/shipped.py``: valid only on the same GPU, driver, torch / Triton and candidates).
+    use_shipped: bool = True
     #: Budget of one signature's tuning work, in ms of the calling thread's wall clock, over all the
     #: calls that share it: support checks, numerical checks, probes and timed runs count; kernels
     #: compiling on the background thread do not (``tunable/session.py``). Past it, the best choice
@@ -69,7 +72,7 @@ class TuningSettings:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _checked(f.name, getattr(self, f.name), f.default))
         # Which in-memory choice cache these settings use (a plain attribute: read on every call).
-        object.__setattr__(self, "cache_id", (self.results or "", self.tuning, self.use_stored))
+        object.__setattr__(self, "cache_id", (self.results or "", self.tuning, self.use_stored, self.use_shipped))
 
     @property
     def store_key(self) -> str:

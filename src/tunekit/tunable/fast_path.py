@@ -30,7 +30,7 @@ import torch
 
 from . import context
 
-__all__ = ["python_fast_call"]
+__all__ = ["python_fast_call", "install_python_fast_call"]
 
 
 def python_fast_call(runners: dict) -> Callable:
@@ -55,3 +55,8 @@ def python_fast_call(runners: dict) -> Callable:
         return None if runner is None else runner(x)
 
     return fast_call
+
+
+def install_python_fast_call(runners: dict, install: Callable[[Callable], None]) -> None:
+    """A TunableOp's default ``fast_calls``: ``install`` the Python fast call over ``runners``."""
+    install(python_fast_call(runners))

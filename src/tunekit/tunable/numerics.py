@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["TOLERANCES", "tolerance", "compare"]
+__all__ = ["TOLERANCES", "tolerance", "compare", "compare_all"]
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-9, 1e-12),
@@ -75,3 +75,11 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, floa
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), e.shape))
     return (f"{count} of {e.numel()} elements outside rtol={rtol:g} atol={atol:g}; worst at {idx}: "
             f"{float(a[idx]):.7g} vs {float(e[idx]):.7g}")
+
+
+def compare_all(tol: tuple[float, float]):
+    """``check(outputs, expected)``: None when each output agrees with its expected one within
+    ``tol`` (:func:`compare`), else why the first that does not."""
+    def check(got, expected):
+        return next((p for p in (compare(g, r, tol) for g, r in zip(got, expected)) if p), None)
+    return check

@@ -12,7 +12,8 @@ On a miss (:meth:`TunableOp.resolve`, under one process-wide lock so concurrent 
 one signature tune once, and tuning runs never overlap each other's timings):
 
 1. a choice already made in this process for the same signature;
-2. a stored entry for (op, signature, device) whose validators match this environment;
+2. a stored entry for (op, signature, device) whose validators match this environment, else a
+   shipped one (:mod:`tunekit.tunable.shipped`; compiled on a worker thread while the default runs);
 3. tuning on, not capturing a CUDA graph -> :func:`find_fastest`, store the entry, run the winner;
 4. otherwise the default, and the signature is recorded as untuned when ``record_untuned`` is on.
    During graph capture nothing is cached, so the first eager call after capture still tunes.
@@ -20,6 +21,7 @@ one signature tune once, and tuning runs never overlap each other's timings):
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -29,11 +31,11 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import context, fast_path, validators
+from . import context, fast_path, shipped, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
 from .session import TuningSession
-from .numerics import compare, tolerance
+from .numerics import compare_all, tolerance
 from .params import OpParams
 from .entries import Entry
 from .stores import results_store
@@ -96,7 +98,7 @@ class TunableOp:
                  make_example: Callable[..., OpParams] | None = None,
                  tolerance: Callable[[OpParams], tuple[float, float]] | None = None,
                  numerics: Callable[[OpParams, tuple, tuple], str | None] | None = None,
-                 fast_calls: Callable[[dict], Callable] = fast_path.python_fast_call):
+                 fast_calls: Callable[[dict, Callable], None] = fast_path.install_python_fast_call):
         self.name = name
         self.params_type = params_type
         #: builds params from the public function's arguments (explain)
@@ -117,11 +119,13 @@ class TunableOp:
         self._runners: dict[tuple, dict] = {}
         # (settings.cache_id, signature) -> the TuningSession of a signature being tuned over calls
         self._sessions: dict[tuple, TuningSession] = {}
+        # (settings.cache_id, signature) -> (its preparation's Future, Resolution): shipped choices compiling
+        self._preparing: dict[tuple, tuple] = {}
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
         self.call = self._make_call()
         #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py):
-        #: in Python until the first runner is cached, then the one ``fast_calls(runners)`` makes (the
-        #: ops inject the C++ one of tunekit.backends.fast_call, built on that first use)
+        #: in Python until the first runner is cached, then what ``fast_calls(runners, install)`` installs
+        #: (the ops inject the C++ one of tunekit.backends.fast_call, built on a worker at that first use)
         self.fast_call = fast_path.python_fast_call(self._runners)
         self._fast_calls = fast_calls
         self._fast_call_made = False
@@ -150,26 +154,16 @@ class TunableOp:
 
     def tolerance(self, params: OpParams) -> tuple[float, float]:
         """(rtol, atol) for the numerical check: the op's own rule, else by the first input's dtype."""
-        if self._tolerance is not None:
-            return self._tolerance(params)
-        return tolerance(getattr(params, params.inputs[0]).dtype)
+        return self._tolerance(params) if self._tolerance else tolerance(getattr(params, params.inputs[0]).dtype)
 
     def numerics(self, params: OpParams) -> Callable[[tuple, tuple], str | None]:
         """The numerical check for ``params``: ``check(outputs, expected)`` -> None when a candidate's
         outputs agree with the default's, else why not. By default :func:`numerics.compare` of each
         output with the op's :meth:`tolerance`; an op may give its own rule (``numerics=``, e.g. a
         GEMM bound that grows with K, against a reference of its own)."""
-        if self._numerics is not None:
-            return lambda got, expected: self._numerics(params, got, expected)
-        tol = self.tolerance(params)
-
-        def check(got, expected):
-            for g, r in zip(got, expected):
-                problem = compare(g, r, tol)
-                if problem:
-                    return problem
-            return None
-        return check
+        if self._numerics is None:
+            return compare_all(self.tolerance(params))
+        return lambda got, expected: self._numerics(params, got, expected)
 
     def forget(self) -> None:
         """Drop in-memory choices (stored results stay)."""
@@ -178,6 +172,7 @@ class TunableOp:
             self._decided.clear()
             self._runners.clear()
             self._sessions.clear()
+            self._preparing.clear()
 
     # -- calling --------------------------------------------------------------------------------
     def __call__(self, params: OpParams):
@@ -227,7 +222,7 @@ class TunableOp:
             self._runners.setdefault(s.cache_id, {})[key] = runner
             if not self._fast_call_made:  # made here, not at import: the first runner needs it
                 self._fast_call_made = True
-                self.fast_call = self._fast_calls(self._runners)
+                self._fast_calls(self._runners, functools.partial(setattr, self, "fast_call"))
 
     def resolve(self, params: OpParams, s: context.TuningSettings | None = None, *, finish: bool = False) -> Resolution:
         """Decide which candidate runs ``params`` (tuning if the settings allow it). A new signature's
@@ -251,6 +246,8 @@ class TunableOp:
             session = self._sessions.get((s.cache_id, signature))
             if session is not None:
                 r = self._advance(session, params, s, finish)
+            elif (s.cache_id, signature) in self._preparing:
+                r = self._shipped_when_prepared(s, signature, math.inf if finish else s.tuning_step_ms)
             elif _decider is not None:
                 r = _decider(self, params, s, signature, device, name)
             else:
@@ -289,9 +286,9 @@ class TunableOp:
             return (session.incumbent, True) if session is not None else (self.default, False)
 
     def decide_here(self, params, s, signature, device, device_name, *, incremental: bool = True) -> Resolution:
-        """Decide a signature met for the first time, in this process: a valid stored entry, else
-        tuning (when the settings allow it and no graph is being captured), else the default.
-        ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
+        """Decide a signature met for the first time, in this process: a valid stored entry, else a
+        valid shipped one (pre-tuned for this GPU model), else tuning (when the settings allow it and
+        no graph is being captured), else the default. ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         store = results_store(s.results)
         current = validators.validators_for(device, self.candidates)
@@ -306,6 +303,14 @@ class TunableOp:
                 return Resolution(self._by_name[entry.choice], how, signature, device_name, entry)
             stale = "; ".join(problems) if problems else "stored entry is incomplete"
             prior = None if problems else self._by_name[entry.choice]  # what runs while tuning resumes
+        shipped_entry = shipped.shipped_entry(self.name, signature, device_name, current) if s.use_shipped else None
+        if shipped_entry is not None and shipped_entry.choice in self._by_name:
+            why = "shipped result (pre-tuned on this GPU model)" + (f"; stored entry ignored: {stale}" if stale else "")
+            r = Resolution(self._by_name[shipped_entry.choice], why, signature, device_name, shipped_entry)
+            if capturing or not incremental:  # prepared in this call, as a stored entry's choice is
+                return r
+            self._preparing[(s.cache_id, signature)] = (shipped.start_preparing(r.candidate, params), r)
+            return self._shipped_when_prepared(s, signature, s.tuning_step_ms)
         if capturing or not s.tuning:
             if s.record_untuned:
                 try:
@@ -321,6 +326,21 @@ class TunableOp:
         if incremental:
             self._sessions[(s.cache_id, signature)] = session
         return self._advance(session, params, s, finish=not incremental)
+
+    def _shipped_when_prepared(self, s, signature: str, wait_ms: float) -> Resolution:
+        """The shipped choice once its preparation is done (waiting at most ``wait_ms``); until then
+        the default, decided again next call; for good the default if the preparation failed."""
+        future, r = self._preparing[(s.cache_id, signature)]
+        problem = shipped.preparation_problem(future, wait_ms)
+        if problem == shipped.PENDING:
+            return Resolution(self.default, f"{r.why}: {problem}, the default runs meanwhile", signature, r.device,
+                              cache=False)
+        del self._preparing[(s.cache_id, signature)]
+        if problem is None:
+            return r
+        why = f"the shipped choice {r.candidate.name} could not be prepared ({problem}): the default runs"
+        warnings.warn(f"tunekit: {self.name} {signature}: {why}", TunekitWarning, stacklevel=5)
+        return Resolution(self.default, why, signature, r.device)
 
     def _advance(self, session, params, s, finish: bool) -> Resolution:
         """One call's share of ``session`` (all of it with ``finish``); its resolution for this call."""

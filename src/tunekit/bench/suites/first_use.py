@@ -307,9 +307,12 @@ def child(config: dict) -> int:
 
 
 # -- the parent ----------------------------------------------------------------------------------
-def child_environment(folder: Path, state: str) -> dict:
-    """The parent's environment with default tunekit settings and the family's cache folders."""
+def child_environment(folder: Path, state: str, shipped: bool = True) -> dict:
+    """The parent's environment with default tunekit settings and the family's cache folders
+    (``shipped=False``: also ``TUNEKIT_USE_SHIPPED=0``, what a GPU model with no shipped results gets)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEKIT_") and k != "TRITON_INTERPRET"}
+    if not shipped:
+        env["TUNEKIT_USE_SHIPPED"] = "0"
     src = str(Path(__file__).resolve().parents[3])  # the folder holding the tunekit package
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(TUNEKIT_CACHE=str(folder / "tunekit"), TRITON_CACHE_DIR=str(folder / "triton"),
@@ -330,7 +333,7 @@ def start_child(config: dict, folder: Path) -> dict:
     config = {**config, "rows": str(rows), "spawned": time.time()}
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "tunekit.bench.suites.first_use", "--child", json.dumps(config)],
-                            env=child_environment(folder, config["state"]), stdout=subprocess.PIPE,
+                            env=child_environment(folder, config["state"], config.get("shipped", True)), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     tail: collections.deque = collections.deque(maxlen=15)
     (pump := threading.Thread(target=_pump, args=(proc.stdout, tail), daemon=True)).start()
@@ -355,9 +358,10 @@ def _deadline(jobs_left: list[tuple[str, str]], counts: dict[str, int], end: flo
 
 def run(*, families, dtypes, act_shapes, lse_shapes, device: str = "cuda", repeats: int = 10, compile: bool = True,
         graph: bool = True, max_calls: int = 200, time_limit: float | None = 400.0, copy_nbytes: int | None = None,
-        cache_dir: str | None = None, keep_caches: bool = False, command: str = "python benchmarks/suites/first_use.py",
+        shipped: bool = True, cache_dir: str | None = None, keep_caches: bool = False, command: str = "python benchmarks/suites/first_use.py",
         args: dict | None = None, on_update=None) -> dict:
     """Every family in both cache states, a fresh child process each; the raw results (the JSON).
+    ``shipped=False``: the children ignore shipped pre-tuned results (``TUNEKIT_USE_SHIPPED=0``).
     ``on_update(raw)`` after each child (write the files then: a run cut short keeps what it measured)."""
     started = time.perf_counter()
     end = time.time() + time_limit if time_limit else None
@@ -368,7 +372,7 @@ def run(*, families, dtypes, act_shapes, lse_shapes, device: str = "cuda", repea
                 for f in families}
     base = {"family": None, "dtypes": list(dtypes), "act_shapes": [list(s) for s in act_shapes],
             "lse_shapes": [[list(s), d] for s, d in lse_shapes], "device": device, "repeats": repeats,
-            "compile": compile, "graph": graph, "max_calls": max_calls, "copy_nbytes": copy_nbytes}
+            "compile": compile, "graph": graph, "max_calls": max_calls, "copy_nbytes": copy_nbytes, "shipped": shipped}
     raw = new_results(command, args, {**base, "families": list(families), "time_limit": time_limit})
     jobs = [(f, s) for f in families for s in STATES]
     try:

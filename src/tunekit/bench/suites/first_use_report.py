@@ -210,7 +210,8 @@ def write_files(raw: dict, out) -> list[Path]:
     """``first_use-<device>.json`` (every raw number) and ``.md`` (the report) in ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"first_use-{raw['device'].replace(' ', '_')}"
+    suffix = "" if raw["options"].get("shipped", True) else "-no_shipped"
+    stem = out / f"first_use-{raw['device'].replace(' ', '_')}{suffix}"
     paths = [stem.with_suffix(".json"), stem.with_suffix(".md")]
     paths[0].write_text(json.dumps(raw, indent=1, default=str) + "\n")
     paths[1].write_text(render(raw))
@@ -318,7 +319,7 @@ def _head(raw: dict) -> list[str]:
              f"`{raw['command']}`; run took {raw['elapsed_s']:.0f} s. Every process ran with "
              f"tunekit's default settings (max_tuning_ms {s.get('max_tuning_ms')}, tuning_step_ms "
              f"{s.get('tuning_step_ms')}, margin {s.get('margin')}) and a fresh results file."), "",
-            f"{raw.get('copy_label', '1 GiB')} copy bandwidth (read + write, eager): {bw}.", "",
+            f"{raw.get('copy_label', '1 GiB')} copy bandwidth (read + write, eager): {bw}.", "", _shipped_line(raw), "",
             ("One fresh process per op family and cache state: 'empty' (fresh tunekit, Triton and Inductor cache "
              "folders), then 'warm' (the same folders again). First call: the public function's wall time, "
              "synchronized, tuning and compilation included. The device times (µs per call) are timed head to head "
@@ -331,6 +332,17 @@ def _head(raw: dict) -> list[str]:
              "device time over the faster of torch eager and torch.compile; 'tuning % of 10k calls': the wall of the "
              "calls until final less as many calls of the final choice, over that plus 10,000 calls of the final "
              "choice (walls synchronized after each call); ✗: misses its goal."), ""]
+
+
+def _shipped_line(raw: dict) -> str:
+    """Whether the processes used shipped pre-tuned results, and how many signatures they decided."""
+    if not raw["options"].get("shipped", True):
+        return ("Shipped pre-tuned results: **off** (`TUNEKIT_USE_SHIPPED=0`): every signature is tuned online, as on "
+                "a GPU model, driver or torch release that tunekit ships no results for.")
+    by_shipped = sum("shipped" in (r.get("why") or "") for r in raw["rows"])
+    return (f"Shipped pre-tuned results: **on** (the default): {by_shipped} of {len(raw['rows'])} signatures were "
+            "decided by them at their first call (`src/tunekit/pretuned/`: offline tuning of these suites' "
+            "signatures on this GPU model); the rest were tuned online.")
 
 
 def render(raw: dict) -> str:

@@ -16,6 +16,7 @@ the composite. The fused kernels are also candidates of their own (tuning may fi
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 from .cuda_backward import CudaColumnsBackward, CudaFlatBackward, CudaRowsBackward
@@ -76,5 +77,6 @@ class FusedGradient(Candidate):
             kernel.prepare(p)
 
     def source_hash(self) -> str:
-        return hash_source(super().source_hash(), self.composite.__code__.co_code,
+        # the composite's source, not its bytecode: the same hash under every Python version
+        return hash_source(super().source_hash(), inspect.getsource(self.composite),
                            *[k.source_hash() for k in self.kernels])

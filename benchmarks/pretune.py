@@ -1,0 +1,100 @@
+"""Pre-tuned results to ship for this GPU model: offline tuning of the benchmark suites' signatures.
+
+Run on the GPU whose results are shipped: ``PYTHONPATH=src python benchmarks/pretune.py [--out DIR]
+[--families silu,gelu,gelu_tanh,logsumexp,gemm] [--budget-ms 1000] [--time-limit 500]``. Writes
+``<GPU model>.csv`` (``tunable/shipped.py``: the results store's CSV export) into ``--out`` (default:
+``src/tunekit/pretuned``) after every signature, so a run cut short keeps what it tuned.
+
+Signatures: the first-use suite's (silu, gelu, gelu tanh: forward and backward at its shapes;
+logsumexp forward and backward at the logsumexp suite's shapes; float32, float16, bfloat16) and
+the GEMM suite's default shapes (bfloat16). Each is tuned as ``tunekit tune`` tunes it
+(``offline.tune_one.tune_params``: every candidate warmed outside the budget, then find_fastest
+under the default settings with a longer budget, so that the entry is complete). Shipped results
+are then used by every process on the same GPU model, driver, torch / Triton minor versions and
+candidate sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from tunekit.bench.suites import activations as act_suite, logsumexp as lse_suite  # noqa: E402
+from tunekit.bench.suites.common import DTYPES  # noqa: E402
+from tunekit.bench.suites.first_use import FAMILIES, signatures  # noqa: E402
+from tunekit.offline.tune_one import tune_params  # noqa: E402
+from tunekit.tunable import context, registry, shipped, validators  # noqa: E402
+from tunekit.tunable.entries import write_csv  # noqa: E402
+from tunekit.tunable.results import ResultsStore  # noqa: E402
+
+
+def _gemm_suite():
+    spec = importlib.util.spec_from_file_location("gemm_suite", ROOT / "benchmarks" / "suites" / "gemm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def work(families, device) -> list[tuple[str, object]]:
+    """(label, a thunk that makes the params) per signature to tune, in order."""
+    out = []
+    for family in [f for f in families if f in FAMILIES]:
+        for d, shape, dim, dtype in signatures(family, list(DTYPES), act_suite.TARGET_SHAPES, lse_suite.SHAPES):
+            label = f"{d.op} {'x'.join(map(str, shape))}{'' if dim is None else f':{dim}'} {dtype}"
+            out.append((label, lambda d=d, shape=shape, dim=dim, dtype=dtype: (
+                registry.get_op(d.op), d.example(shape, DTYPES[dtype], device, dim))))
+    if "gemm" in families:
+        gemm = _gemm_suite()
+        for shape in gemm.select("default"):
+            out.append((f"mm {shape.name} bfloat16", lambda shape=shape: (
+                gemm.mm_op, gemm.example(shape, torch.bfloat16, device))))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(shipped.SHIPPED_DIR))
+    ap.add_argument("--families", default=",".join(FAMILIES + ("gemm",)))
+    ap.add_argument("--budget-ms", type=float, default=1000.0, help="tuning budget per signature")
+    ap.add_argument("--time-limit", type=float, default=500.0, help="seconds; later signatures are left out")
+    ap.add_argument("--device", default="cuda", help="cuda (default); cpu only shows that the script runs")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    name = validators.device_name(device)
+    target = shipped.file_for(name, Path(args.out))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    store = ResultsStore(Path(tempfile.mkdtemp(prefix="tunekit-pretune-")) / "results.sqlite")
+    settings = dataclasses.replace(context.current(), max_tuning_ms=args.budget_ms, results=store.path,
+                                   use_shipped=False)
+    start, todo = time.perf_counter(), work(args.families.split(","), device)
+    for i, (label, make) in enumerate(todo):
+        if time.perf_counter() - start > args.time_limit:
+            print(f"time limit: {len(todo) - i} signatures left out", flush=True)
+            break
+        op, params = make()
+        t0 = time.perf_counter()
+        entry = tune_params(op, params, settings)
+        store.put(entry)
+        complete = [e for e in store.entries() if e.complete]
+        write_csv(target, sorted(complete, key=lambda e: (e.op, e.signature)))
+        print(f"[{i + 1}/{len(todo)}] {label}: {entry.choice}{'' if entry.complete else ' (incomplete: not shipped)'}"
+              f" {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"wrote {target} ({len(complete)} entries) in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
