@@ -164,17 +164,16 @@ def test_a_shipped_choice_that_compiles_runs_once_prepared_and_the_default_until
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     release, seen = threading.Event(), []
     op = op_whose("medium", lambda p: (seen.append(threading.current_thread().name), release.wait(30)))
-    with tuning(tuning_step_ms=1):
-        op(ScaleParams(x))  # its compile runs on a worker: this call waits 1 ms, then runs the default
+    with tuning(max_tuning_ms=1):
+        op(ScaleParams(x))  # its compile runs on a worker: the first call waits 1 ms (the budget), then runs the default
         op(ScaleParams(x))
         assert dict(op.runs) == {"ref": 2} and op.decision(ScaleParams(x)) is None
         assert seen and seen[0] != threading.current_thread().name and len(seen) == 1  # prepared once
     release.set()
-    with tuning(tuning_step_ms=30_000):  # waits for the worker to finish
-        op(ScaleParams(x))
-    assert op.runs["medium"] == 1 and "shipped" in op.decision(ScaleParams(x)).why
+    assert "shipped" in op.resolve(ScaleParams(x), finish=True).why  # finish: waits for the worker
     op(ScaleParams(x))
-    assert op.runs["medium"] == 2 and len(results_store()) == 0
+    assert op.runs["medium"] == 1 and "shipped" in op.decision(ScaleParams(x)).why
+    assert len(results_store()) == 0
 
 
 def test_a_shipped_choice_whose_compile_fails_leaves_the_default_with_a_warning(ship, tmp_path):
@@ -184,7 +183,7 @@ def test_a_shipped_choice_whose_compile_fails_leaves_the_default_with_a_warning(
     def prepare(p):
         raise RuntimeError("ptxas exploded")
     op = op_whose("medium", prepare)
-    with tuning(tuning_step_ms=30_000), pytest.warns(TunekitWarning, match="ptxas exploded"):
+    with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="ptxas exploded"):
         op(ScaleParams(x))
     assert dict(op.runs) == {"ref": 1}
     assert "could not be prepared" in op.decision(ScaleParams(x)).why
@@ -197,7 +196,16 @@ def test_finishing_a_signature_waits_for_its_shipped_choice(ship, tmp_path):
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     release = threading.Event()
     op = op_whose("medium", lambda p: release.wait(30))
-    with tuning(tuning_step_ms=1):
+    with tuning(max_tuning_ms=1):
         assert op.resolve(ScaleParams(x)).candidate.name == "ref"  # not ready: the default, not cached
         threading.Timer(0.05, release.set).start()
         assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
+
+
+def test_a_shipped_choice_that_compiles_within_the_budget_runs_at_the_first_call(ship, tmp_path):
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    op = op_whose("medium", lambda p: None)  # a warm compile cache: ready at once
+    with tuning(max_tuning_ms=30_000):
+        op(ScaleParams(x))
+    assert dict(op.runs) == {"medium": 1} and "shipped" in op.decision(ScaleParams(x)).why

@@ -15,8 +15,10 @@ are the results store's CSV export (``tunekit results export``), one per GPU mod
 ``tunekit/pretuned/``; ``TUNEKIT_USE_SHIPPED=0`` (or ``tuning(use_shipped=False)``) ignores them.
 
 A shipped choice that must be compiled first (a candidate with ``prepare``: NVRTC, Triton) is
-prepared on a worker thread (:func:`start_preparing`): a call waits for it at most its tuning step,
-and the default runs until it is ready, so no first call waits seconds for a compiler.
+prepared on a worker thread (:func:`start_preparing`): the first call waits for it at most the
+tuning budget (``max_tuning_ms``: what a first call may spend on tuning; a warm compile cache or a
+short compile fits), later calls not at all, and the default runs until it is ready, so no call
+waits seconds for a compiler.
 """
 
 from __future__ import annotations

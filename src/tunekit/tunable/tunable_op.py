@@ -247,7 +247,7 @@ class TunableOp:
             if session is not None:
                 r = self._advance(session, params, s, finish)
             elif (s.cache_id, signature) in self._preparing:
-                r = self._shipped_when_prepared(s, signature, math.inf if finish else s.tuning_step_ms)
+                r = self._shipped_when_prepared(s, signature, math.inf if finish else 0.0)
             elif _decider is not None:
                 r = _decider(self, params, s, signature, device, name)
             else:
@@ -310,7 +310,7 @@ class TunableOp:
             if capturing or not incremental:  # prepared in this call, as a stored entry's choice is
                 return r
             self._preparing[(s.cache_id, signature)] = (shipped.start_preparing(r.candidate, params), r)
-            return self._shipped_when_prepared(s, signature, s.tuning_step_ms)
+            return self._shipped_when_prepared(s, signature, s.max_tuning_ms)
         if capturing or not s.tuning:
             if s.record_untuned:
                 try:
@@ -328,8 +328,9 @@ class TunableOp:
         return self._advance(session, params, s, finish=not incremental)
 
     def _shipped_when_prepared(self, s, signature: str, wait_ms: float) -> Resolution:
-        """The shipped choice once its preparation is done (waiting at most ``wait_ms``); until then
-        the default, decided again next call; for good the default if the preparation failed."""
+        """The shipped choice once its preparation is done (waiting at most ``wait_ms``: the first
+        call the tuning budget, later calls not at all); until then the default, decided again next
+        call; for good the default if the preparation failed."""
         future, r = self._preparing[(s.cache_id, signature)]
         problem = shipped.preparation_problem(future, wait_ms)
         if problem == shipped.PENDING:

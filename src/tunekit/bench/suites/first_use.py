@@ -13,7 +13,8 @@ process per op family and cache state and merges their rows (``first_use_report`
   (``tunekit.silu(x)``, ``silu_backward(dy, x)``, ``gelu(x, approximate=...)``, ``logsumexp(x, dim)``,
   ``logsumexp_backward(dy, x, lse, dim)``: called directly, not through autograd), synchronized
   before and after each call, until ``op.decision(params)`` gives the final choice or ``max_calls``
-  calls: every call's wall and the choice in effect after call 1, call 20 and at the end; then
+  calls (more, for at most :data:`PENDING_LIMIT_S`, while a shipped choice compiles on a worker):
+  every call's wall (the first ``max_calls``; past them their sum) and the choice in effect after call 1, call 20 and at the end; then
   :data:`STEADY_CALLS` more calls, the final choice's wall per call (the 10,000-call estimate's unit).
 - Then offline tuning of the signature (``tune_params``, default settings; it never touches the
   inputs) and device times head to head (:func:`~tunekit.bench.suites.common.head_to_head`: rotated
@@ -47,14 +48,12 @@ import torch
 from ...offline.tune_one import tune_params
 from ...ops import gelu, gelu_backward, logsumexp, logsumexp_backward, silu, silu_backward
 from ...tunable import context
-from ...tunable.numerics import compare
-from ...tunable.params import make_trial
 from ...tunable.registry import get_op
-from ...tunable.screen import input_sets
 from ..measure import copy_bandwidth, versions
 from . import activations as act_suite
 from . import logsumexp as lse_suite
-from .common import DTYPES, device_name, head_to_head, log, raise_compile_limits, reason, timing_label
+from .common import DTYPES, device_name, log, raise_compile_limits, reason, timing_label
+from .first_use_timing import device_times, sync
 from .first_use_report import STATES, label, merge_child, new_results, progress_line, write_files
 
 __all__ = ["FAMILIES", "PRESETS", "Direction", "directions", "signatures", "run", "write_files", "child"]
@@ -71,8 +70,9 @@ PRESETS = {
               "time_limit": 120.0, "copy_nbytes": 2**24},
 }
 PRESETS["quick"] = {**PRESETS["full"], "lse_shapes": QUICK_LSE_SHAPES}
-#: calls of the final choice that give its steady wall per call; seconds a child may run past its deadline
-STEADY_CALLS, GRACE_S = 20, 45.0
+#: calls of the final choice that give its steady wall per call; seconds a child may run past its deadline;
+#: seconds calls go on past ``max_calls`` while the choice is not final (a shipped choice compiling on a worker)
+STEADY_CALLS, GRACE_S, PENDING_LIMIT_S = 20, 45.0, 20.0
 #: estimated seconds, to share the time limit: a process's start, and one signature by cache state
 EST_START_S, EST_SIGNATURE_S = 10.0, {"empty": 3.0, "warm": 1.5}
 
@@ -143,11 +143,6 @@ def signatures(family: str, dtypes, act_shapes, lse_shapes) -> list[tuple[Direct
 
 
 # -- the child: one family, one cache state ------------------------------------------------------
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def in_effect(op, params) -> str:
     """The candidate the next call with ``params``' signature runs: the final choice once decided,
     else the tuning session's incumbent, else the default (``TunableOp.in_effect``: looks only)."""
@@ -155,29 +150,34 @@ def in_effect(op, params) -> str:
 
 
 def _timed_call(fn, params, device) -> float:
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     fn(params)
-    _sync(device)
+    sync(device)
     return (time.perf_counter() - t0) * 1e3
 
 
 def first_use(d: Direction, op, params, device, max_calls: int) -> dict:
     """Steps 1-2: the public function until the choice is final (or ``max_calls`` calls), then the
     final choice's steady wall per call."""
-    walls, choice, final_at = [], {}, None
-    while final_at is None and len(walls) < max_calls:
-        walls.append(_timed_call(d.public, params, device))
-        final_at = len(walls) if op.decision(params) is not None else None
-        if len(walls) in (1, 20):
-            choice[f"call{len(walls)}"] = in_effect(op, params)
+    walls, choice, final_at, calls, total_ms, start, slowest = [], {}, None, 0, 0.0, time.perf_counter(), (0.0, None)
+    while final_at is None and (calls < max_calls or time.perf_counter() - start < PENDING_LIMIT_S):
+        wall = _timed_call(d.public, params, device)
+        calls, total_ms = calls + 1, total_ms + wall
+        if calls <= max_calls:  # kept per call; past them the sum and the slowest
+            walls.append(wall)
+        elif wall > slowest[0]:
+            slowest = (wall, calls)
+        final_at = calls if op.decision(params) is not None else None
+        if calls in (1, 20):
+            choice[f"call{calls}"] = in_effect(op, params)
     choice.setdefault("call20", in_effect(op, params))  # final before call 20: in effect from then on
     choice["final"] = in_effect(op, params)
     decided = op.decision(params)
-    later = walls[1:]
+    top = max([(w, i) for i, w in enumerate(walls[1:], 2)] + ([slowest] if slowest[1] else []), default=(None, None))
     row = {"first_call_ms": walls[0], "call_walls_ms": [round(w, 4) for w in walls], "calls_until_final": final_at,
-           "final_reached": final_at is not None, "max_later_call_ms": max(later) if later else None,
-           "max_later_call_at": 2 + later.index(max(later)) if later else None, "choice": choice,
+           "calls_made": calls, "walls_sum_ms": total_ms, "s_until_final": time.perf_counter() - start if final_at else None,
+           "final_reached": final_at is not None, "max_later_call_ms": top[0], "max_later_call_at": top[1], "choice": choice,
            "why": decided.why if decided else "tuning still in progress",
            "complete": decided.entry.complete if decided is not None and decided.entry is not None else None,
            "steady_call_ms": None}
@@ -191,55 +191,6 @@ def offline_choice(op, params) -> dict:
     t0 = time.perf_counter()
     entry = tune_params(op, params, context.current())
     return {"choice": entry.choice, "complete": entry.complete, "seconds": time.perf_counter() - t0}
-
-
-def _compiled(d: Direction, op, params, sets, device) -> tuple[Callable | None, float | None, str | None]:
-    """torch.compile of the torch function for this signature: (a set's runner, compile s, error)."""
-    torch._dynamo.reset()  # this signature's own compile, timed from nothing compiled in memory
-    seconds = None
-    try:
-        fn = torch.compile(d.compiled, dynamic=False, fullgraph=True)
-        _sync(device)
-        t0 = time.perf_counter()
-        got = fn(*d.compiled_args(sets[0]))
-        _sync(device)
-        seconds = time.perf_counter() - t0
-        problem = compare(got, d.reference(sets[0]).to(got.dtype), op.tolerance(params))
-        if problem:
-            raise AssertionError(f"torch.compile result: {problem}")
-        return (lambda q: fn(*d.compiled_args(q))), seconds, None
-    except Exception as exc:  # recorded; the other contenders still count
-        return None, seconds, reason(exc)
-
-
-def device_times(d: Direction, op, params, names, device, *, repeats: int, graph: bool, compile: bool) -> dict:
-    """Step 3: device time per call (ms) of each named candidate, torch eager, torch.compile and a copy
-    of the same bytes, timed head to head over L2-cold input sets."""
-    sets = input_sets(params, make_trial(params))
-    row = {"input_sets": len(sets), "errors": {}, "compile_s": None}
-    contenders = {f"tunekit:{n}": (op.candidate(n).run, graph) for n in names}
-    contenders["eager"] = (d.eager, graph)
-    if compile:
-        runner, row["compile_s"], error = _compiled(d, op, params, sets, device)
-        if runner is not None:
-            contenders["compile"] = (runner, graph)
-        else:
-            row["errors"]["compile"] = error
-    x = params.x
-    n = max(1, params.bytes_moved() // (2 * x.element_size()))
-    copies = {id(q): (torch.empty(n, dtype=x.dtype, device=device), torch.empty(n, dtype=x.dtype, device=device))
-              for q in sets}
-    copy = lambda q: copies[id(q)][1].copy_(copies[id(q)][0])  # noqa: E731
-    contenders["copy_eager"] = (copy, False)
-    if graph:
-        contenders["copy_graph"] = (copy, True)
-    times = head_to_head(contenders, sets, device, repeats)
-    row["device_ms"] = {"tunekit": {name: times[f"tunekit:{name}"][0] for name in names}, "eager": times["eager"][0],
-                        "compile": times["compile"][0] if "compile" in times else None,
-                        "copy": min(times[k][0] for k in ("copy_eager", "copy_graph") if k in times)}
-    row["spread"] = {k: round(v[1], 4) for k, v in times.items()}
-    row["copy_bytes"] = 2 * n * x.element_size()
-    return row
 
 
 def measure_signature(d: Direction, shape, dim, dname: str, device, config: dict, first_in_process: bool) -> dict:

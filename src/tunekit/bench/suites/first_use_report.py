@@ -70,7 +70,8 @@ def tuning_share(row: dict) -> float | None:
     n, steady = row.get("calls_until_final"), row.get("steady_call_ms")
     if n is None or steady is None:
         return None
-    overhead = max(0.0, sum(row["call_walls_ms"][:n]) - n * steady)
+    walls = row.get("walls_sum_ms", sum(row["call_walls_ms"][:n]))  # the sum of every call's wall until final
+    overhead = max(0.0, walls - n * steady)
     total = overhead + CALLS * steady
     return 100.0 * overhead / total if total > 0 else 0.0
 
@@ -285,7 +286,8 @@ def _row_line(r: dict) -> str:
     e, dm = evaluate(r), r.get("device_ms") or {}
     us = lambda ms: fmt(ms and ms * 1e3, ".1f")  # noqa: E731
     shape = shape_text(r["shape"]) + (f":{r['dim']}" if r.get("dim") is not None else "")
-    calls = str(r["calls_until_final"]) if r.get("final_reached") else f"> {len(r.get('call_walls_ms') or [])}"
+    calls = (str(r["calls_until_final"]) + (f" ({r['s_until_final']:.1f} s)" if r.get("s_until_final", 0) > 0.1 else "")
+             if r.get("final_reached") else f"> {r.get('calls_made') or len(r.get('call_walls_ms') or [])}")
     compile_cell = us(dm.get("compile")) + (f" ({r['compile_s']:.1f} s)" if r.get("compile_s") else "")
     mark = lambda key, spec: fmt(e[key][0], spec) + (" ✗" if e[key][1] == "fail" else "")  # noqa: E731
     first = mark("first_call", ".3f") + (" (process's first)" if r.get("first_in_process") else "")
