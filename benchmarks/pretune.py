@@ -51,7 +51,7 @@ def work(families, device) -> list[tuple[str, object]]:
     out = []
     for family in [f for f in families if f in FAMILIES]:
         for d, shape, dim, dtype in signatures(family, list(DTYPES), act_suite.TARGET_SHAPES, lse_suite.SHAPES):
-            label = f"{d.op} {'x'.join(map(str, shape))}{'' if dim is None else f':{dim}'} {dtype}"
+            label = f"{d.family} {d.direction} {'x'.join(map(str, shape))}{'' if dim is None else f':{dim}'} {dtype}"
             out.append((label, lambda d=d, shape=shape, dim=dim, dtype=dtype: (
                 registry.get_op(d.op), d.example(shape, DTYPES[dtype], device, dim))))
     if "gemm" in families:
