@@ -94,11 +94,11 @@ def test_compiled_equals_eager_torch_with_gradients(backend):
     a, b = [leaf(t) for t in inputs()], [leaf(t) for t in inputs()]
     ya, yb = compiled(*a), theirs(*b)
     torch.testing.assert_close(ya, yb, rtol=1e-5, atol=1e-5)
-    g = torch.randn_like(yb)
+    g = randn(tuple(yb.shape), seed=4)  # seeded: the global RNG's state depends on the tests run before
     ya.backward(g)
     yb.backward(g)
-    for p, q in zip(a, b):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+    for p, q in zip(a, b):  # Inductor fuses gelu_tanh's gradient in another order: ~200 float32 ulps apart seen
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
     with torch.no_grad():  # inference: the fused epilogue's custom op
         torch.testing.assert_close(compiled(*inputs()), theirs(*inputs()), rtol=1e-5, atol=1e-5)
 
