@@ -5,6 +5,8 @@ its FastCall leaves every tensor it cannot key to the general path. FastCall's l
 tested against its Python twin in tests/tunable/test_fast_runners.py."""
 
 import os
+import threading
+import time
 
 import pytest
 import torch
@@ -115,3 +117,38 @@ def test_build_flags_name_the_directories_cpp_extension_would():
     includes = [f[2:] for f in flags if f.startswith("-I")]
     assert includes == cpp_extension.include_paths()
     assert f"-L{cpp_extension.library_paths()[0]}" in flags
+
+
+def test_the_op_gets_the_python_fast_call_until_the_extension_is_built_on_a_worker(monkeypatch):
+    """The build takes seconds the first time on a machine: the call that caches an op's first
+    runner installs the Python fast call and goes on; the C++ one replaces it once loaded."""
+    release, builder = threading.Event(), []
+
+    class Module:
+        class FastCall:
+            def __init__(self, runners, *rest):
+                self.runners = runners
+
+    def slow_load():
+        builder.append(threading.current_thread().name)
+        release.wait(30)
+        return Module
+
+    class NotLoaded:
+        @staticmethod
+        def done():
+            return False
+    monkeypatch.setattr(fast_call, "_load", NotLoaded)
+    monkeypatch.setattr(fast_call, "load", slow_load)
+    monkeypatch.setattr(fast_call, "_loading", None)
+    monkeypatch.delenv("TUNEKIT_FAST_CALL", raising=False)
+    installed, runners = [], {}
+    fast_call.make_fast_call(runners, installed.append)
+    assert len(installed) == 1 and installed[0].__name__ == "fast_call"  # the Python one, at once
+    release.set()
+    assert fast_call._load_in_background().result(timeout=30) is Module
+    deadline = time.monotonic() + 30
+    while len(installed) < 2 and time.monotonic() < deadline:  # the callback runs on the worker
+        release.wait(0.01)
+    assert isinstance(installed[1], Module.FastCall) and installed[1].runners is runners
+    assert builder and builder[0] != threading.current_thread().name
