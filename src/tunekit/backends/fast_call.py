@@ -8,8 +8,8 @@ host time above ``F.silu``'s, while from the ``at::Tensor`` they are plain field
 likewise allocates with ``at::empty_like`` and launches without a Python frame between them. The
 host times: ``docs/measurements.md`` (host time of a cached call).
 
-Built at first use (on a worker thread: :func:`make_fast_call`) like the C launch extension (:mod:`tunekit.backends.extension`), with the C++
-compiler (``$CXX``, else ``c++`` / ``g++`` / ``clang++``), torch's headers and libraries, and keyed by
+Built at first use, on a worker thread (:func:`make_fast_call`), like the C launch extension
+(:mod:`tunekit.backends.extension`), with the C++ compiler (``$CXX``, else ``c++`` / ``g++`` / ``clang++``), torch's headers and libraries, and keyed by
 torch's version and ABI too (~15 s the first time on a 2-core machine; cached after that). It
 needs no CUDA headers: CI builds and tests it on the CPU (the launch through a stand-in driver entry
 point). If it cannot be built, or ``TUNEKIT_FAST_CALL`` is off (0/false/no/off; any other value
@@ -103,5 +103,8 @@ def make_fast_call(runners: dict, install) -> None:
         install_for(load())
         return
     install_for(None)
-    _load_in_background().add_done_callback(
-        lambda done: done.exception() is None and done.result() is not None and install_for(done.result()))
+
+    def when_loaded(done: Future) -> None:  # on the worker; nothing to replace if it did not build
+        if done.exception() is None and done.result() is not None:
+            install_for(done.result())
+    _load_in_background().add_done_callback(when_loaded)
