@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +36,8 @@ from tunekit.bench.suites.common import DTYPES  # noqa: E402
 from tunekit.bench.suites.first_use import FAMILIES, signatures  # noqa: E402
 from tunekit.offline.tune_one import tune_params  # noqa: E402
 from tunekit.tunable import context, registry, shipped, validators  # noqa: E402
+from tunekit.backends import shipped_kernels  # noqa: E402
+from tunekit.backends.cache import cache_dir  # noqa: E402
 from tunekit.tunable.entries import write_csv  # noqa: E402
 from tunekit.tunable.results import ResultsStore  # noqa: E402
 
@@ -62,6 +66,40 @@ def work(families, device) -> list[tuple[str, object]]:
     return out
 
 
+def bundle_only(families, device, target: Path) -> int:
+    """Prepare every shipped choice of ``target`` (this process's caches must start empty) and write
+    the kernels bundle beside it."""
+    table = shipped.entries_for(target)
+    for label, make in work(families, device):
+        op, params = make()
+        entry = table.get((op.name, params.signature()))
+        prepare = None if entry is None else getattr(op.candidate(entry.choice), "prepare", None)
+        if prepare is not None:
+            prepare(params)
+            print(f"prepared {label}: {entry.choice}", flush=True)
+    triton_dir = Path(os.environ["TRITON_CACHE_DIR"]) if os.environ.get("TRITON_CACHE_DIR") else None
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    bundle = shipped_kernels.bundle_for(target)
+    cubins, kernels = shipped_kernels.write_bundle(bundle, cache_dir("cubin"), triton_dir, triton_version)
+    print(f"wrote {bundle}: {cubins} cubins, {kernels} Triton kernels ({bundle.stat().st_size / 1e3:.0f} kB)")
+    return 0
+
+
+def bundle_in_fresh_process(args) -> int:
+    """``--bundle-only`` in a child process whose tunekit and Triton caches are new, empty folders."""
+    fresh = Path(tempfile.mkdtemp(prefix="tunekit-bundle-"))
+    env = {**os.environ, "TUNEKIT_CACHE": str(fresh / "tunekit"), "TRITON_CACHE_DIR": str(fresh / "triton"),
+           "TUNEKIT_USE_SHIPPED": "0"}
+    cmd = [sys.executable, __file__, "--bundle-here", "--out", args.out, "--families", args.families,
+           "--device", args.device]
+    return subprocess.call(cmd, env=env)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(shipped.SHIPPED_DIR))
@@ -69,6 +107,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-ms", type=float, default=1000.0, help="tuning budget per signature")
     ap.add_argument("--time-limit", type=float, default=500.0, help="seconds; later signatures are left out")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu only shows that the script runs")
+    ap.add_argument("--bundle-only", action="store_true",
+                    help="only write the kernels bundle of the shipped file in --out (in a process with empty caches)")
+    ap.add_argument("--bundle-here", action="store_true", help=argparse.SUPPRESS)  # that process
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -76,6 +117,10 @@ def main(argv=None) -> int:
     name = validators.device_name(device)
     target = shipped.file_for(name, Path(args.out))
     target.parent.mkdir(parents=True, exist_ok=True)
+    if args.bundle_here:
+        return bundle_only(args.families.split(","), device, target)
+    if args.bundle_only:
+        return bundle_in_fresh_process(args)
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="tunekit-pretune-")) / "results.sqlite")
     settings = dataclasses.replace(context.current(), max_tuning_ms=args.budget_ms, results=store.path,
                                    use_shipped=False)
@@ -93,7 +138,7 @@ def main(argv=None) -> int:
         print(f"[{i + 1}/{len(todo)}] {label}: {entry.choice}{'' if entry.complete else ' (incomplete: not shipped)'}"
               f" {time.perf_counter() - t0:.1f} s", flush=True)
     print(f"wrote {target} ({len(complete)} entries) in {time.perf_counter() - start:.0f} s")
-    return 0
+    return bundle_in_fresh_process(args)
 
 
 if __name__ == "__main__":

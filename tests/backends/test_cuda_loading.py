@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import threading
 import time
 
@@ -94,7 +95,7 @@ class StandInDriver:
 def stand_in(monkeypatch):
     """cuda's driver replaced, module loads made afresh, and loading's device steps a no-op."""
     driver = StandInDriver()
-    monkeypatch.setattr(cuda, "bindings", lambda: (driver, None))
+    monkeypatch.setattr(cuda, "libcuda", lambda: driver)
     monkeypatch.setattr(cuda, "_modules", cuda._Once(cuda._load_module))
     monkeypatch.setattr(cuda, "_prepare", lambda index: "sm_90")
     monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
@@ -137,11 +138,10 @@ def test_a_kernel_loads_its_own_unit_unless_its_file_is_loaded_or_asked_for(monk
     try:
         cuda._module("gelu.cu", (), 0, "gelu_f16x8")
         assert asked[-1] == ("gelu.cu", (), 0, "gelu_f16x8")
-        cuda._module("gelu.cu", (), 0, "gelu_no_such_kernel")  # the whole file: its load names the missing one
-        assert asked[-1] == ("gelu.cu", (), 0, None)
-        cuda._module("gelu.cu", (), 0, "gelu_bf16x8")  # the file is loaded on device 0: it serves
+        cuda._modules._values[("gelu.cu", (), 0, None)] = "whole"  # the file is loaded on device 0: it serves
+        assert cuda._module("gelu.cu", (), 0, "gelu_bf16x8") == "whole"
         cuda._module("gelu.cu", (), 1, "gelu_bf16x8")  # not on device 1
-        assert asked[2:] == [("gelu.cu", (), 1, "gelu_bf16x8")]
+        assert asked[1:] == [("gelu.cu", (), 1, "gelu_bf16x8")]
         assert cuda.compile_whole_files(True) is False
         cuda._module("silu.cu", (), 0, "silu_f32")
         assert asked[-1] == ("silu.cu", (), 0, None)
@@ -150,10 +150,24 @@ def test_a_kernel_loads_its_own_unit_unless_its_file_is_loaded_or_asked_for(monk
 
 
 @needs_nvrtc
+def test_a_kernel_its_file_does_not_define_alone_loads_the_whole_file(stand_in, tmp_path, monkeypatch):
+    """Its unit cannot be made: the whole file's module is loaded (and its function lookup names
+    the missing kernel); a unit found in the cache never needs the 60 ms of preprocessing."""
+    monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))
+    assert cuda._modules("gelu.cu", (), 0, "gelu_no_such_kernel") == cuda._modules.get("gelu.cu", (), 0, None)
+    assert stand_in.loads[0] == nvrtc.compile_cubin(nvrtc.source("gelu.cu"), "gelu.cu", "sm_90")
+    cuda._modules("gelu.cu", (), 0, "gelu_f16x8")  # compiled and cached
+    monkeypatch.setattr(cuda, "_modules", cuda._Once(cuda._load_module))
+    monkeypatch.setattr(kernel_units, "kernel_source", lambda *a: pytest.fail("preprocessed a cached unit"))
+    cuda._modules("gelu.cu", (), 0, "gelu_f16x8")
+    assert stand_in.loads[-1] == stand_in.loads[-2]
+
+
+@needs_nvrtc
 def test_a_cached_cubin_that_will_not_load_is_compiled_again(stand_in, tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))
     code = kernel_units.kernel_source("silu.cu", "silu_f32")
-    good = nvrtc.compile_cubin(code, "silu.cu:silu_f32", "sm_90")
+    good = nvrtc.compile_cubin(code, "silu.cu:silu_f32", "sm_90", identity=kernel_units.unit_identity("silu.cu", "silu_f32"))
     (cached,) = (tmp_path / "cubin").iterdir()
     cached.write_bytes(b"\x7fELF and then garbage")  # passes the cheap check, fails to load
     stand_in.refuse = lambda image: bytes(image) != good
@@ -169,3 +183,30 @@ def test_the_launch_hook_never_raises():
     from tunekit.backends import thread_context
 
     assert thread_context.launch_hook() is False
+
+
+@pytest.mark.gpu
+def test_the_ctypes_driver_answers_as_cuda_bindings_does(cuda):
+    """libcuda() (loading without importing cuda-bindings) against cuda-bindings itself."""
+    from tunekit.backends.driver import bindings, libcuda
+
+    torch.ones(1, device=cuda).add_(1)  # the primary context current in this thread
+    driver, ours = bindings()[0], libcuda()
+    assert ours.cuDriverGetVersion() == (0, driver.cuDriverGetVersion()[1])
+    assert ours.cuCtxGetCurrent()[1] == int(driver.cuCtxGetCurrent()[1]) != 0
+    err, version = ours.cuDriverGetVersion()
+    legacy = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+    assert ours.cuGetProcAddress(b"cuLaunchKernel", version, ours.LEGACY_STREAM)[1] == int(
+        driver.cuGetProcAddress(b"cuLaunchKernel", version, legacy)[1]) != 0
+    image = nvrtc.compile_cubin('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', "k",
+                                nvrtc.arch_of(torch.device(cuda)))
+    err, module = ours.cuModuleLoadData(image)
+    assert err == 0 and module
+    err, fn = ours.cuModuleGetFunction(module, b"k")
+    assert err == 0 and fn and ours.cuModuleGetFunction(module, b"missing")[0] != 0
+    x = torch.zeros(1, device=cuda)
+    holder = ctypes.c_uint64(x.data_ptr())
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(holder))
+    (err,) = driver.cuLaunchKernel(driver.CUfunction(fn), 1, 1, 1, 1, 1, 1, 0, torch.cuda.current_stream().cuda_stream,
+                                   ctypes.addressof(params), 0)
+    assert int(err) == 0 and x.item() == 1.0

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from launch_recorder import RecordingDriver
-from tunekit.backends import fast_call, thread_context
+from tunekit.backends import extension, fast_call, thread_context
 from tunekit.tunable import context
 
 @pytest.fixture(scope="module")
@@ -152,3 +152,24 @@ def test_the_op_gets_the_python_fast_call_until_the_extension_is_built_on_a_work
         release.wait(0.01)
     assert isinstance(installed[1], Module.FastCall) and installed[1].runners is runners
     assert builder and builder[0] != threading.current_thread().name
+
+
+def test_loaded_never_waits_for_a_build_and_start_loading_builds_once(monkeypatch):
+    """A runner made while the extension builds uses the C launch (loaded() is None); the build runs
+    on its own worker, started once, and loaded() gives the module when it is done."""
+    gate, builds = threading.Event(), []
+
+    def slow_build():
+        builds.append(1)
+        gate.wait(10)
+        return "module", None
+
+    monkeypatch.setattr(fast_call, "_load", extension.once(slow_build))
+    monkeypatch.setattr(fast_call, "_loading", None)
+    assert fast_call.loaded() is None and not builds  # nothing built, nothing started
+    fast_call.start_loading()
+    fast_call.start_loading()
+    assert fast_call.loaded() is None  # building: not waited for
+    gate.set()
+    assert fast_call._load_in_background().result(timeout=10) == "module"
+    assert fast_call.loaded() == "module" and builds == [1]

@@ -2,11 +2,13 @@
 
 import dataclasses
 import threading
+import time
 
 import pytest
 import torch
 
 from tunekit.tunable import TunekitWarning, results_store, shipped, tuning, validators
+from tunekit.tunable.errors import ResultsImportError
 from tunekit.tunable.entries import write_csv
 from tunekit.tunable.results import ResultsStore
 
@@ -22,14 +24,14 @@ def ship(tmp_path, monkeypatch):
     directory = tmp_path / "pretuned"
     directory.mkdir()
     monkeypatch.setattr(shipped, "SHIPPED_DIR", directory)
-    shipped.entries_for.cache_clear()
+    shipped.forget_files()
 
     def write(entries):
         write_csv(shipped.file_for(CPU, directory), entries)
-        shipped.entries_for.cache_clear()
+        shipped.forget_files()
     with tuning(use_shipped=True):
         yield write
-    shipped.entries_for.cache_clear()
+    shipped.forget_files()
 
 
 def tuned_entry(x, tmp_path, costs=COSTS):
@@ -209,3 +211,118 @@ def test_a_shipped_choice_that_compiles_within_the_budget_runs_at_the_first_call
     with tuning(max_tuning_ms=30_000):
         op(ScaleParams(x))
     assert dict(op.runs) == {"medium": 1} and "shipped" in op.decision(ScaleParams(x)).why
+
+
+def test_a_stand_in_runs_while_a_slow_shipped_choice_prepares(ship, tmp_path):
+    """The choice waits on a compiler (a process's first Triton import): after STAND_IN_AFTER_MS the
+    fastest other candidate the entry timed ("fast", 1.0 against the default's 2.0) is prepared and
+    runs, without the first call waiting out the budget; the choice takes over once ready."""
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    release = threading.Event()
+    op = op_whose("medium", lambda p: release.wait(30))
+    with tuning(max_tuning_ms=20_000):
+        t0 = time.perf_counter()
+        op(ScaleParams(x))
+        assert time.perf_counter() - t0 < 5.0  # not the 20 s budget
+        op(ScaleParams(x))
+        assert dict(op.runs) == {"fast": 2} and op.decision(ScaleParams(x)) is None
+        assert "fast (timed next fastest) runs meanwhile" in op.resolve(ScaleParams(x)).why
+        release.set()
+        assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
+        op(ScaleParams(x))
+    assert op.runs["medium"] == 1
+
+
+def test_the_first_triton_choice_of_a_process_prepares_its_stand_in_first(ship, tmp_path, monkeypatch):
+    """The choice's preparation would start Triton (holding the interpreter for 0.2-0.4 s): the
+    stand-in is prepared first, the first call runs it, the choice's preparation starts after it;
+    once a Triton choice was prepared, the next one goes first again."""
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    order, release = [], threading.Event()
+    op = op_whose("medium", lambda p: (order.append("choice"), release.wait(30)))
+    triton_like = type("TritonLike", (Preparing,), {"__module__": "tunekit.ops.fake.triton_candidates"})
+    choice = triton_like(op.candidate("medium").inner, op.candidate("medium").prepare)
+    op._by_name["medium"] = choice
+    op._by_name["fast"] = Preparing(op.candidate("fast"), lambda p: order.append("stand-in"))
+    assert shipped.uses_triton(choice) and not shipped.uses_triton(op.candidate("fast"))
+    monkeypatch.setattr(shipped, "_triton_prepared", False)
+    try:
+        with tuning(max_tuning_ms=20_000):
+            op(ScaleParams(x))
+            assert dict(op.runs) == {"fast": 1} and op.in_effect(ScaleParams(x))[0].name == "fast"
+            release.set()
+            assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
+        deadline = time.monotonic() + 10  # noted by a callback, after the choice's waiters wake
+        while not shipped._triton_prepared and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert order == ["stand-in", "choice"] and shipped._triton_prepared
+    finally:
+        release.set()
+
+
+def test_every_triton_candidate_is_known_as_one():
+    """shipped.uses_triton goes by the candidate's module (``triton_*``); the names say Triton too."""
+    import tunekit  # noqa: F401
+    from tunekit.tunable import registry
+    pairs = [(shipped.uses_triton(c), "triton" in c.name) for op in registry.all_ops() for c in op.candidates]
+    assert any(uses for uses, _ in pairs) and all(uses == named for uses, named in pairs)
+
+
+def test_a_choice_ready_at_once_needs_no_stand_in(ship, tmp_path):
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    picked = []
+    op = op_whose("medium", lambda p: None)
+    real = shipped.stand_in
+    with tuning(max_tuning_ms=20_000), pytest.MonkeyPatch.context() as m:
+        m.setattr(shipped, "stand_in", lambda *a: picked.append(a) or real(*a))
+        op(ScaleParams(x))
+    assert dict(op.runs) == {"medium": 1} and picked == []
+
+
+@pytest.mark.parametrize("why", ["within the margin of the default", "does not support the input"])
+def test_no_stand_in_when_none_beats_the_default(ship, tmp_path, why):
+    """The next fastest is within the margin of the default (or cannot run the input, and the one
+    after it is the default): the default runs while the choice prepares, after the budget."""
+    x = torch.randn(64)
+    costs = {"ref": 2.0, "fast": 1.0, "medium": 1.99 if why.startswith("within") else 1.5}
+    ship([dataclasses.replace(tuned_entry(x, tmp_path, costs), choice="fast")])
+    release = threading.Event()
+    op = op_whose("fast", lambda p: release.wait(30))
+    if why.startswith("does not"):
+        refusing = Preparing(op.candidate("medium"), None)
+        refusing.supports = lambda p: "not this input"
+        op._by_name["medium"] = refusing
+    try:
+        with tuning(max_tuning_ms=50):
+            op(ScaleParams(x))
+        assert dict(op.runs) == {"ref": 1}
+    finally:
+        release.set()
+
+
+def test_a_lookup_reads_the_row_entries_for_reads_for_every_shipped_entry():
+    """A process's lookups parse one row each; they must find what parsing the whole file finds."""
+    for path in sorted(shipped.SHIPPED_DIR.glob("*.csv")):
+        shipped.forget_files()
+        for (op_name, signature), entry in shipped.entries_for(path).items():
+            assert shipped._lookup(path, op_name, signature) == entry
+        assert shipped._lookup(path, "no such op", "x") is None
+
+
+def test_a_lookup_finds_signatures_that_need_quoting_and_names_a_damaged_row(ship, tmp_path):
+    base = tuned_entry(torch.randn(8), tmp_path)
+    odd = dataclasses.replace(base, signature='x=f32[3, 4] "quoted", more')
+    plain = dataclasses.replace(base, signature="x=f32[5]")
+    ship([odd, plain])
+    path = shipped.file_for(CPU)
+    assert shipped._lookup(path, "scale", odd.signature) == odd
+    assert shipped._lookup(path, "scale", "x=f32[3, 4]") is None  # a prefix of a signature is not it
+    text = path.read_text()
+    path.write_text(text.replace(f"scale,x=f32[5],{CPU},{base.choice},1,", f"scale,x=f32[5],{CPU},{base.choice},maybe,"))
+    shipped.forget_files()
+    assert shipped._lookup(path, "scale", odd.signature) == odd  # the other row is not read
+    with pytest.raises(ResultsImportError, match="row 3: complete"):
+        shipped._lookup(path, "scale", plain.signature)

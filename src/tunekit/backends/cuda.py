@@ -26,7 +26,7 @@ import torch
 
 from . import fast_launch, kernel_units, thread_context
 from .device import current_device, raw_stream
-from .driver import bindings, check
+from .driver import bindings, check, libcuda
 from .env import switch
 from .nvrtc import arch_of, compile_cubin, source
 
@@ -83,15 +83,26 @@ def _prepare(index: int) -> str:
 
 def _load_module(filename: str, options: tuple[str, ...], index: int, kernel_name: str | None):
     """The loaded module of ``kernel_name``'s translation unit (None: the whole file) on device
-    ``index``: compiled, or read from the cubin cache (recompiled once when that copy does not load)."""
-    driver, _ = bindings()
-    code = source(filename) if kernel_name is None else kernel_units.kernel_source(filename, kernel_name)
-    name = filename if kernel_name is None else f"{filename}:{kernel_name}"
+    ``index``: compiled, or read from the cubin cache (recompiled once when that copy does not load).
+    A kernel the file's per-kernel section does not define gets the whole file's module (whose load
+    names a kernel that is missing altogether)."""
+    driver = libcuda()
+    if kernel_name is None:
+        code, identity, name = source(filename), None, filename
+    else:
+        code, name = functools.partial(kernel_units.kernel_source, filename, kernel_name), f"{filename}:{kernel_name}"
+        identity = kernel_units.unit_identity(filename, kernel_name)
     with torch.cuda.device(index):
         arch = _prepare(index)
-        err, module = driver.cuModuleLoadData(compile_cubin(code, name, arch, options))
+        try:
+            image = compile_cubin(code, name, arch, options, identity=identity)
+        except kernel_units.UnitError:
+            if kernel_name in (kernel_units.definitions(filename) or ()):
+                raise
+            return _modules(filename, options, index, None)
+        err, module = driver.cuModuleLoadData(image)
         if int(err):  # a corrupt or truncated cached cubin
-            err, module = driver.cuModuleLoadData(compile_cubin(code, name, arch, options, refresh=True))
+            err, module = driver.cuModuleLoadData(compile_cubin(code, name, arch, options, identity=identity, refresh=True))
         check(err, f"cuModuleLoadData({name})")
     return module
 
@@ -102,14 +113,13 @@ _modules = _Once(_load_module)
 
 def _module(filename: str, options: tuple[str, ...], index: int, kernel_name: str | None = None):
     """The module holding ``kernel_name`` of ``filename`` on device ``index``: the whole file's when
-    it is loaded there already or whole files are asked for (or the file does not define the kernel
-    in its per-kernel section: loading the whole file then names what is missing), else the kernel's
-    own."""
+    it is loaded there already or whole files are asked for, else the kernel's own (or the whole
+    file's, when its per-kernel section lacks the kernel: :func:`_load_module`)."""
     if kernel_name is not None:
         whole = _modules.get(filename, options, index, None)
         if whole is not None:
             return whole
-        if _whole_files or kernel_name not in (kernel_units.definitions(filename) or ()):
+        if _whole_files:
             kernel_name = None
     return _modules(filename, options, index, kernel_name)
 
@@ -126,7 +136,7 @@ class CudaKernel:
 
     def __init__(self, filename: str, name: str, options: tuple[str, ...] = ()):
         self.filename, self.name, self.options = filename, name, options
-        self._functions: dict[int, object] = {}
+        self._functions: dict[int, int] = {}  # device index -> CUfunction handle
         self._addresses: dict[int, int] = {}  # device index -> CUfunction handle as an int
         self._resident: dict[tuple[int, int], int] = {}  # (device index, block) -> blocks per SM
         self._local = threading.local()
@@ -160,7 +170,7 @@ class CudaKernel:
         blocks = self._resident.get(key)
         if blocks is None:
             driver, _ = bindings()
-            fn = self.function(index)
+            fn = driver.CUfunction(self.address(index))
             with torch.cuda.device(index):
                 thread_context.bind(index)
                 err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, block, 0)
@@ -168,8 +178,8 @@ class CudaKernel:
             blocks = self._resident[key] = max(1, int(blocks))
         return blocks
 
-    def _load(self, index: int):
-        driver, _ = bindings()
+    def _load(self, index: int) -> int:
+        driver = libcuda()
         err, fn = driver.cuModuleGetFunction(_module(self.filename, self.options, index, self.name), self.name.encode())
         check(err, f"cuModuleGetFunction({self.name})")
         return fn
@@ -222,7 +232,7 @@ class CudaKernel:
         return cached
 
     def _launch_with_bindings(self, device_index: int, grid: int, block: int, args: tuple) -> None:
-        fn = self.function(device_index)
+        fn = bindings()[0].CUfunction(self.address(device_index))
         holders, _, address = self._arg_array(len(args))
         for h, a in zip(holders, args):
             h.value = a & 0xFFFFFFFFFFFFFFFF if type(a) is int else a.data_ptr()

@@ -32,7 +32,7 @@ from .env import switch
 from ..tunable import context
 from ..tunable.fast_path import python_fast_call
 
-__all__ = ["load", "unavailable", "build", "make_fast_call"]
+__all__ = ["load", "loaded", "start_loading", "unavailable", "build", "make_fast_call"]
 
 _MODULE = "tunekit_fast_call"
 _loading: Future | None = None
@@ -77,6 +77,18 @@ def load():
 def unavailable() -> str | None:
     """None when the extension is in use, else why not."""
     return _load()[1]
+
+
+def loaded():
+    """The extension module if it is loaded already, else None: never waits for a build (a runner
+    made meanwhile uses the C launch; the op's dispatcher switches when the build is done)."""
+    return load() if _load.done() else None
+
+
+def start_loading() -> None:
+    """Start building and loading the extension on its own worker thread (once): what a candidate's
+    preparation asks for, without waiting 12-14 s for a machine's first build."""
+    _load_in_background()
 
 
 def _load_in_background() -> Future:

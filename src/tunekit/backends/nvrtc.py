@@ -6,10 +6,12 @@ machine code for the running GPU's architecture, cached on disk.
   raises :class:`CompileError` carrying NVRTC's log; the candidate using it is rejected by tuning
   and the op carries on.
 - The cubin cache (:func:`tunekit.backends.cache.cache_dir`) is keyed by a hash of the source,
-  architecture, options and NVRTC version, and written to a temporary file then renamed, so two
+  architecture, options, NVRTC version and fp16/bf16 headers' text, and written to a temporary file then renamed, so two
   processes compiling at once never leave a torn file. It is used only while private
   (:mod:`tunekit.backends.cache`); a cached file that is not private or not an ELF image is compiled
   again, and one that fails to load is replaced (``refresh=True``, from :mod:`tunekit.backends.cuda`).
+  On a miss, a cubin shipped with the package under the same name is used
+  (:mod:`tunekit.backends.shipped_kernels`: the builds of the shipped pre-tuned choices).
 - A kernel can also be compiled alone (:mod:`tunekit.backends.kernel_units` builds its translation
   unit): a fraction of a second where a whole file takes seconds.
 - Local ``#include "x.cuh"`` lines are inlined (:func:`source`), so NVRTC needs no include path for
@@ -23,20 +25,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 import pathlib
 import re
 import tempfile
 import threading
+from collections.abc import Callable
 from importlib import resources
 
 import torch
 
 from .cache import UntrustedCache, cache_dir, entry_problem, private_dir, warn_once
 from .driver import NvrtcUnavailable, bindings, check
+from .shipped_kernels import shipped_cubin
 
 __all__ = ["CompileError", "NvrtcUnavailable", "available", "compile_cubin", "source", "include_dirs", "arch_of",
-           "nvrtc_version", "cubin_dir"]
+           "nvrtc_version", "cubin_dir", "cubin_name", "headers_digest"]
 
 
 class CompileError(RuntimeError):
@@ -127,23 +132,69 @@ def _lock(key: str) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
-def compile_cubin(code: str, name: str, arch: str, options: tuple[str, ...] = (), *, use_cache: bool = True,
-                  refresh: bool = False) -> bytes:
+def compile_cubin(code: str | Callable[[], str], name: str, arch: str, options: tuple[str, ...] = (), *,
+                  identity: str | None = None, use_cache: bool = True, refresh: bool = False) -> bytes:
     """Machine code for ``arch`` (e.g. "sm_90") of the CUDA C source ``code``; ``name`` names it in
-    errors and in the cache. ``refresh`` compiles again and replaces the cached file (one that
-    would not load). Threads asking for the same cubin at once compile it once."""
-    opts = (f"--gpu-architecture={arch}", "-std=c++17", *options,
-            *(f"-I{d}" for d in include_dirs()))
-    key = hashlib.sha256("\0".join((code, arch, *opts, repr(nvrtc_version()))).encode()).hexdigest()[:32]
+    errors and in the cache. ``code`` may be a function that makes the source, called only to
+    compile, with ``identity`` (text that determines the source) naming the cache entry in its place:
+    a kernel's own unit takes 60 ms of preprocessing to make, which a cache hit then skips.
+    ``refresh`` compiles again and replaces the cached file (one that would not load). Threads asking
+    for the same cubin at once compile it once."""
+    if callable(code) and identity is None:
+        raise TypeError("compile_cubin: a source made on demand needs an identity")
+    opts = (f"--gpu-architecture={arch}", "-std=c++17", *options)
+    filename = cubin_name(code if identity is None else identity, name, arch, options)
     folder = _usable_cache() if use_cache else None
-    path = None if folder is None else folder / f"{_SAFE.sub('_', name)}-{arch}-{key}.cubin"
-    with _lock(key):
+    path = None if folder is None else folder / filename
+    with _lock(filename):
         cubin = None if path is None or refresh else _read(path)
+        if cubin is None and use_cache and not refresh:
+            cubin = shipped_cubin(filename)
         if cubin is None:
-            cubin = _nvrtc_compile(code, name, opts)
+            text = code() if callable(code) else code
+            cubin = _nvrtc_compile(text, name, (*opts, *(f"-I{d}" for d in include_dirs())))
             if path is not None:
                 _write(path, cubin)
     return cubin
+
+
+#: the pip wheels NVRTC comes in (cuda-bindings finds them before a toolkit)
+_NVRTC_WHEELS = ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12")
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_release() -> str:
+    """Which NVRTC compiles here, for cubin names: the pip wheel's release when NVRTC comes from one
+    (read from its metadata, without loading cuda-bindings and NVRTC: 100 ms of a process's first
+    call on the H100, where a cached or shipped cubin needs neither), else NVRTC's own version."""
+    for wheel in _NVRTC_WHEELS:
+        try:
+            return f"{wheel} {importlib.metadata.version(wheel)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "nvrtc " + ".".join(map(str, nvrtc_version()))
+
+
+def cubin_name(code: str, name: str, arch: str, options: tuple[str, ...] = ()) -> str:
+    """The cache file name of a cubin: ``name``, ``arch`` and a hash of everything NVRTC's output
+    depends on (source, architecture, options, NVRTC release, the fp16/bf16 headers' text), and not
+    of where things are installed, so the same build has the same name on every machine."""
+    opts = (f"--gpu-architecture={arch}", "-std=c++17", *options)
+    key = hashlib.sha256("\0".join((code, arch, *opts, nvrtc_release(), headers_digest())).encode()).hexdigest()[:32]
+    return f"{_SAFE.sub('_', name)}-{arch}-{key}.cubin"
+
+
+@functools.lru_cache(maxsize=None)
+def headers_digest() -> str:
+    """A hash of the fp16/bf16 headers NVRTC will include (the first folder of
+    :func:`include_dirs`): part of the cubin key in place of the folder's path, so the same headers
+    give the same key on every machine (shipped cubins, :mod:`tunekit.backends.shipped_kernels`)."""
+    digest = hashlib.sha256()
+    for folder in include_dirs()[:1]:
+        for header in ("cuda_fp16.h", "cuda_fp16.hpp", "cuda_bf16.h", "cuda_bf16.hpp"):
+            p = pathlib.Path(folder) / header
+            digest.update(header.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-"))
+    return digest.hexdigest()[:16]
 
 
 _SAFE = re.compile(r"[^\w.+-]")

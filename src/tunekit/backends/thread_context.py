@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 
 from .device import current_device
-from .driver import bindings, check
+from .driver import check, libcuda
 
 __all__ = ["bind", "launch_hook"]
 
@@ -25,7 +25,7 @@ __all__ = ["bind", "launch_hook"]
 def _primary_context(index: int):
     """Device ``index``'s primary context, retained once per process (torch uses the same one and
     never releases it either)."""
-    driver, _ = bindings()
+    driver = libcuda()
     err, device = driver.cuDeviceGet(index)
     check(err, f"cuDeviceGet({index})")
     err, context = driver.cuDevicePrimaryCtxRetain(device)
@@ -37,7 +37,7 @@ def bind(index: int | None = None) -> bool:
     """Make device ``index``'s primary context current in this thread when no context is (``index``
     None: the thread's current device as torch sees it); True when it did. A context already
     current is left alone: another device's is the caller's to switch (``torch.cuda.device``)."""
-    driver, _ = bindings()
+    driver = libcuda()
     err, context = driver.cuCtxGetCurrent()
     check(err, "cuCtxGetCurrent")
     if int(context) != 0:

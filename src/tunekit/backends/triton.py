@@ -16,6 +16,8 @@ import threading
 
 import torch
 
+from .shipped_kernels import seed_triton_cache
+
 __all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
 
 NO_TRITON = "needs triton (pip install 'tunekit[triton]')"
@@ -94,7 +96,11 @@ def launch(fn, grid, *args, **kwargs) -> None:
 def warming(device: torch.device | None = None):
     """A block in which this thread's Triton launches (through :func:`launch`) only compile and load:
     what a candidate's ``prepare`` runs on a worker thread, so a later launch finds its kernel ready.
-    ``device`` is made current for the block (a worker thread starts on device 0)."""
+    ``device`` is made current for the block (a worker thread starts on device 0). The shipped
+    Triton builds are copied into Triton's cache first (once per process:
+    :func:`tunekit.backends.shipped_kernels.seed_triton_cache`), so a shipped kernel loads instead of compiling."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        seed_triton_cache()
     before, _warming.active = _warming.active, True
     try:
         with on_device(device) if device is not None else contextlib.nullcontext():

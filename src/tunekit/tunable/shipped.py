@@ -14,26 +14,30 @@ source hash). tunekit's own version is left out: the candidates' hashes say what
 are the results store's CSV export (``tunekit results export``), one per GPU model, in
 ``tunekit/pretuned/``; ``TUNEKIT_USE_SHIPPED=0`` (or ``tuning(use_shipped=False)``) ignores them.
 
-A shipped choice that must be compiled first (a candidate with ``prepare``: NVRTC, Triton) is
-prepared on a worker thread (:func:`start_preparing`): the first call waits for it at most the
-tuning budget (``max_tuning_ms``: what a first call may spend on tuning; a warm compile cache or a
-short compile fits), later calls not at all, and the default runs until it is ready, so no call
-waits seconds for a compiler.
+A shipped choice that must be built first (a candidate with ``prepare``: NVRTC, Triton) is prepared
+on a worker thread (:class:`Preparation`), from the builds shipped beside the file when they match
+(``backends/shipped_kernels.py``: milliseconds), else by compiling. The first call waits for it at
+most the tuning budget (``max_tuning_ms``), later calls not at all; until it is ready a stand-in runs
+(:func:`stand_in`: the fastest other candidate the entry timed, when it beat the default), else the
+default, so no call waits seconds for a compiler and few run torch's slower kernel.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import csv
 import functools
+import io
 import pathlib
 import re
 import threading
 
-from .entries import Entry, load_rows, read_csv
+from .entries import Entry, from_csv, load_rows, read_csv
+from .errors import ResultsImportError
 from .session import preparer
 
-__all__ = ["SHIPPED_DIR", "file_for", "shipped_entry", "problems", "entries_for", "start_preparing",
-           "preparation_problem", "PENDING"]
+__all__ = ["SHIPPED_DIR", "file_for", "shipped_entry", "problems", "entries_for", "forget_files", "start_preparing",
+           "preparation_problem", "PENDING", "Preparation", "stand_in", "uses_triton", "STAND_IN_AFTER_MS"]
 
 SHIPPED_DIR = pathlib.Path(__file__).resolve().parents[1] / "pretuned"
 #: environment facts that must be equal; those in _MINOR only up to the minor version
@@ -64,21 +68,60 @@ def problems(shipped: dict[str, str], current: dict[str, str]) -> list[str]:
 @functools.lru_cache(maxsize=None)
 def entries_for(path: pathlib.Path) -> dict[tuple[str, str], Entry]:
     """The entries of one shipped file by (op, signature); empty when there is none. A damaged file
-    raises (ResultsImportError names its lines): it is part of the package, never edited by users."""
+    raises (ResultsImportError names its lines): it is part of the package, never edited by users.
+    Reads every row (tests, pretune); a process's lookups read one row each (:func:`shipped_entry`)."""
     if not path.is_file():
         return {}
     return {(e.op, e.signature): e for e in load_rows(read_csv(path)) if e.complete}
 
 
+@functools.lru_cache(maxsize=None)
+def _data(path: pathlib.Path) -> bytes:
+    return path.read_bytes() if path.is_file() else b""
+
+
+def _row_start(op: str, signature: str) -> bytes:
+    """How a row of (op, signature) begins in a file ``write_csv`` wrote (its quoting included)."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([op, signature])
+    return ("\n" + buf.getvalue()[:-1] + ",").encode()
+
+
+@functools.lru_cache(maxsize=None)
+def _lookup(path: pathlib.Path, op: str, signature: str) -> Entry | None:
+    """The complete entry of (op, signature) in the shipped file ``path``, parsing that row alone:
+    parsing a whole file of 100 entries took 87 ms of a process's first call (H100), its row
+    takes well under one. A damaged row raises ResultsImportError (the file is part of the package)."""
+    data = _data(path)
+    at = data.find(_row_start(op, signature))
+    if at < 0:
+        return None
+    end = data.find(b"\n", at + 1)
+    line = data[at + 1:] if end < 0 else data[at + 1:end]
+    header = data[:data.find(b"\n")]
+    try:
+        row = next(csv.DictReader([header.decode().rstrip("\r"), line.decode().rstrip("\r")]))
+        entry = from_csv(row)
+    except (ValueError, csv.Error) as exc:  # UnicodeDecodeError is a ValueError
+        raise ResultsImportError(path, [(data.count(b"\n", 0, at) + 2, str(exc))]) from None
+    return entry if entry.complete else None
+
+
 def shipped_entry(op: str, signature: str, device_name: str, current: dict[str, str],
                   directory: pathlib.Path | None = None) -> Entry | None:
     """The shipped entry for (op, signature) on this GPU model when it is valid here, else None."""
-    with _lock:  # the first lookup reads the file; threads may meet their first signatures at once
-        table = entries_for(file_for(device_name, directory))
-    entry = table.get((op, signature))
+    with _lock:  # threads may meet their first signatures at once
+        entry = _lookup(file_for(device_name, directory), op, signature)
     if entry is None or entry.device != device_name or problems(entry.validators, current):
         return None
     return entry
+
+
+def forget_files() -> None:
+    """Drop what was read of the shipped files (tests write their own)."""
+    entries_for.cache_clear()
+    _data.cache_clear()
+    _lookup.cache_clear()
 
 
 #: what :func:`preparation_problem` says while the preparation still runs
@@ -93,6 +136,100 @@ def start_preparing(candidate, params) -> concurrent.futures.Future:
         done.set_result(None)
         return done
     return preparer().submit(prepare, params)
+
+
+#: how long a first call waits for the shipped choice before it prepares a stand-in: a shipped cubin
+#: loads in 2-5 ms on a worker (H100); a Triton kernel waited 0.3 s for the process's Triton import
+STAND_IN_AFTER_MS = 5.0
+
+
+def stand_in(entry: Entry, by_name: dict, default, params, margin: float):
+    """What runs while the shipped choice prepares: the fastest other candidate the entry timed, when
+    it beat the default by the margin and supports ``params``; None when the default is as good."""
+    default_rec = entry.candidates.get(default.name)
+    default_ms = default_rec.time_ms if default_rec is not None else None
+    timed = sorted((r.time_ms, name) for name, r in entry.candidates.items()
+                   if r.time_ms is not None and name != entry.choice and name in by_name)
+    for time_ms, name in timed:
+        c = by_name[name]
+        if c is default or (default_ms is not None and time_ms * (1 + margin) >= default_ms):
+            return None
+        if getattr(c, "supports", lambda p: None)(params) is None:
+            return c
+    return None
+
+
+#: whether a Triton choice was prepared in this process: the first pays Triton's import and its
+#: runtime's start (0.2-0.4 s of the interpreter on the H100, while torch.compile's import of Triton
+#: leaves most of it), later ones milliseconds
+_triton_prepared = False
+
+
+def _note_triton_prepared(future: concurrent.futures.Future) -> None:
+    global _triton_prepared
+    if future.exception() is None:
+        _triton_prepared = True
+
+
+def uses_triton(candidate) -> bool:
+    """Whether ``candidate`` runs Triton kernels: tunekit's Triton candidates are classes of its
+    ``triton_*`` modules (``tests/tunable/test_shipped.py`` holds every registered candidate to it)."""
+    return type(candidate).__module__.rsplit(".", 1)[-1].startswith("triton_")
+
+
+class Preparation:
+    """A shipped choice preparing on a worker, and what runs until it is ready: a stand-in (the
+    fastest other candidate the entry timed, :func:`stand_in`), else the default. The stand-in is
+    prepared when the choice is not ready within :data:`STAND_IN_AFTER_MS`, and before the choice
+    when the choice is the process's first Triton kernel: Triton's start would otherwise hold the
+    interpreter while the stand-in loads (a stand-in ready after 0.19 s instead of milliseconds, H100)."""
+
+    def __init__(self, resolution, params, pick_stand_in):
+        self.resolution, self.params, self._pick = resolution, params, pick_stand_in
+        self.stand_in, self._stand_in_future = None, None
+        if uses_triton(resolution.candidate) and not _triton_prepared:
+            self._start_stand_in()
+        if self._stand_in_future is None:
+            self.future = start_preparing(resolution.candidate, params)
+            if uses_triton(resolution.candidate):
+                self.future.add_done_callback(_note_triton_prepared)
+        else:  # the choice's preparation starts once the stand-in's is done
+            self.future = concurrent.futures.Future()
+            self._stand_in_future.add_done_callback(lambda _: self._chain(start_preparing(resolution.candidate, params)))
+            self.future.add_done_callback(_note_triton_prepared)
+
+    def _chain(self, inner: concurrent.futures.Future) -> None:
+        def copy(done):
+            if done.exception() is not None:
+                self.future.set_exception(done.exception())
+            else:
+                self.future.set_result(done.result())
+        inner.add_done_callback(copy)
+
+    def _start_stand_in(self) -> None:
+        self.stand_in = self._pick()
+        if self.stand_in is not None:
+            self._stand_in_future = start_preparing(self.stand_in, self.params)
+
+    def wait(self, wait_ms: float) -> tuple[str | None, object | None]:
+        """(None, None) once the choice is ready, else (why not, the candidate to run meanwhile or
+        None for the default), waiting at most ``wait_ms`` for the choice or a ready stand-in."""
+        if wait_ms == float("inf") or wait_ms <= STAND_IN_AFTER_MS:
+            return preparation_problem(self.future, wait_ms), self.meanwhile()
+        if self._stand_in_future is None:
+            problem = preparation_problem(self.future, STAND_IN_AFTER_MS)
+            if problem != PENDING:
+                return problem, None
+            self._start_stand_in()
+        waiting = [f for f in (self.future, self._stand_in_future) if f is not None]
+        concurrent.futures.wait(waiting, timeout=(wait_ms - STAND_IN_AFTER_MS) / 1e3,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
+        return preparation_problem(self.future, 0.0), self.meanwhile()
+
+    def meanwhile(self):
+        """The stand-in once it is ready, else None (the default runs)."""
+        future = self._stand_in_future
+        return self.stand_in if future is not None and preparation_problem(future, 0.0) is None else None
 
 
 def preparation_problem(future: concurrent.futures.Future, wait_ms: float) -> str | None:

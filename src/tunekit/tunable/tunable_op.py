@@ -12,8 +12,8 @@ On a miss (:meth:`TunableOp.resolve`, under one process-wide lock so concurrent 
 one signature tune once, and tuning runs never overlap each other's timings):
 
 1. a choice already made in this process for the same signature;
-2. a stored entry for (op, signature, device) whose validators match this environment, else a
-   shipped one (:mod:`tunekit.tunable.shipped`; compiled on a worker thread while the default runs);
+2. a valid stored entry for (op, signature, device), else a shipped one (:mod:`tunekit.tunable.shipped`:
+   prepared on a worker while a stand-in or the default runs);
 3. tuning on, not capturing a CUDA graph -> :func:`find_fastest`, store the entry, run the winner;
 4. otherwise the default, and the signature is recorded as untuned when ``record_untuned`` is on.
    During graph capture nothing is cached, so the first eager call after capture still tunes.
@@ -45,9 +45,8 @@ __all__ = ["TunableOp", "Resolution", "TUNING_LOCK", "use_decider", "current_dec
 #: Held while resolving a miss. Re-entrant: a candidate may call another tunable op while tuning.
 TUNING_LOCK = threading.RLock()
 
-#: Called instead of ``op.decide_here(params, s, signature, device, device_name)`` when a signature
-#: is met for the first time in this process (None: decide here). :func:`use_decider` sets it;
-#: ``tunekit.distributed.enable()`` does, so that one rank decides and the others follow.
+#: Decides a signature met for the first time in place of ``op.decide_here`` (None: decide here); set by
+#: :func:`use_decider` (``tunekit.distributed.enable()``: one rank decides, the others follow).
 _decider = None
 
 
@@ -71,7 +70,6 @@ TUNED_DEVICES = ("cpu", "cuda")
 
 class _SessionContext(NamedTuple):
     """What storing a session's entry needs, fixed when the session starts."""
-
     signature: str
     device_name: str
     store: object
@@ -115,12 +113,10 @@ class TunableOp:
         # settings.cache_id -> {cache_key: candidate}; settings.cache_id -> {signature: Resolution}
         self._choices: dict[tuple, dict] = {}
         self._decided: dict[tuple, dict[str, Resolution]] = {}
-        # settings.cache_id -> {cache_key: runner}: the choices that have a runner (fast form only)
-        self._runners: dict[tuple, dict] = {}
-        # (settings.cache_id, signature) -> the TuningSession of a signature being tuned over calls
-        self._sessions: dict[tuple, TuningSession] = {}
-        # (settings.cache_id, signature) -> (its preparation's Future, Resolution): shipped choices compiling
-        self._preparing: dict[tuple, tuple] = {}
+        self._runners: dict[tuple, dict] = {}  # cache_id -> {cache_key: runner} (fast form only)
+        self._sessions: dict[tuple, TuningSession] = {}  # (cache_id, signature) -> a tuning over calls
+        self._preparing: dict[tuple, shipped.Preparation] = {}  # (cache_id, signature) -> a shipped choice compiling
+        self._hashes: dict[str, str] | None = None  # the candidates' source hashes, until one is added
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
         self.call = self._make_call()
         #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py):
@@ -168,11 +164,9 @@ class TunableOp:
     def forget(self) -> None:
         """Drop in-memory choices (stored results stay)."""
         with TUNING_LOCK:
-            self._choices.clear()
-            self._decided.clear()
-            self._runners.clear()
-            self._sessions.clear()
-            self._preparing.clear()
+            for memo in (self._choices, self._decided, self._runners, self._sessions, self._preparing):
+                memo.clear()
+            self._hashes = None
 
     # -- calling --------------------------------------------------------------------------------
     def __call__(self, params: OpParams):
@@ -273,9 +267,8 @@ class TunableOp:
         return self.in_effect(params, s)[1]
 
     def in_effect(self, params: OpParams, s: context.TuningSettings | None = None) -> tuple[object, bool]:
-        """(the candidate the next call of ``params``' signature runs if nothing new is learnt,
-        whether its tuning is still under way): the decision, a session's incumbent, else the
-        default. Looks only."""
+        """(the candidate the next call of ``params``' signature runs if nothing new is learnt, whether its
+        tuning or preparation is under way): the decision, a session's incumbent or stand-in, else the default."""
         s = s or context.current()
         signature = params.signature()
         with TUNING_LOCK:
@@ -283,7 +276,10 @@ class TunableOp:
             if known is not None:
                 return known.candidate, False
             session = self._sessions.get((s.cache_id, signature))
-            return (session.incumbent, True) if session is not None else (self.default, False)
+            if session is not None:
+                return session.incumbent, True
+            preparing = self._preparing.get((s.cache_id, signature))  # a shipped choice: what runs meanwhile
+            return (preparing.meanwhile() or self.default, True) if preparing else (self.default, False)
 
     def decide_here(self, params, s, signature, device, device_name, *, incremental: bool = True) -> Resolution:
         """Decide a signature met for the first time, in this process: a valid stored entry, else a
@@ -291,7 +287,9 @@ class TunableOp:
         no graph is being captured), else the default. ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         store = results_store(s.results)
-        current = validators.validators_for(device, self.candidates)
+        if self._hashes is None:  # hashing every candidate's source took 0.3-2.6 ms per new signature
+            self._hashes = validators.candidate_hashes(self.candidates)
+        current = {**validators.environment(device), **self._hashes}
         stale, prior = "", None
         entry = store.get(self.name, signature, device_name) if s.use_stored else None
         if entry is not None:
@@ -309,7 +307,8 @@ class TunableOp:
             r = Resolution(self._by_name[shipped_entry.choice], why, signature, device_name, shipped_entry)
             if capturing or not incremental:  # prepared in this call, as a stored entry's choice is
                 return r
-            self._preparing[(s.cache_id, signature)] = (shipped.start_preparing(r.candidate, params), r)
+            pick = functools.partial(shipped.stand_in, shipped_entry, self._by_name, self.default, params, s.margin)
+            self._preparing[(s.cache_id, signature)] = shipped.Preparation(r, params, pick)
             return self._shipped_when_prepared(s, signature, s.max_tuning_ms)
         if capturing or not s.tuning:
             if s.record_untuned:
@@ -329,13 +328,14 @@ class TunableOp:
 
     def _shipped_when_prepared(self, s, signature: str, wait_ms: float) -> Resolution:
         """The shipped choice once its preparation is done (waiting at most ``wait_ms``: the first
-        call the tuning budget, later calls not at all); until then the default, decided again next
-        call; for good the default if the preparation failed."""
-        future, r = self._preparing[(s.cache_id, signature)]
-        problem = shipped.preparation_problem(future, wait_ms)
+        call the tuning budget, later calls not at all); until then a ready stand-in or the default,
+        decided again next call; for good the default if the preparation failed."""
+        r = self._preparing[(s.cache_id, signature)].resolution
+        problem, meanwhile = self._preparing[(s.cache_id, signature)].wait(wait_ms)
         if problem == shipped.PENDING:
-            return Resolution(self.default, f"{r.why}: {problem}, the default runs meanwhile", signature, r.device,
-                              cache=False)
+            runs = f"{meanwhile.name} (timed next fastest) runs" if meanwhile else "the default runs"
+            return Resolution(meanwhile or self.default, f"{r.why}: {problem}, {runs} meanwhile", signature,
+                              r.device, cache=False)
         del self._preparing[(s.cache_id, signature)]
         if problem is None:
             return r

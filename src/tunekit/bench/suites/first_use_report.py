@@ -324,7 +324,9 @@ def _head(raw: dict) -> list[str]:
             f"{raw.get('copy_label', '1 GiB')} copy bandwidth (read + write, eager): {bw}.", "", _shipped_line(raw), "",
             ("One fresh process per op family and cache state: 'empty' (fresh tunekit, Triton and Inductor cache "
              "folders), then 'warm' (the same folders again). First call: the public function's wall time, "
-             "synchronized, tuning and compilation included. The device times (µs per call) are timed head to head "
+             "synchronized, tuning and compilation included; a process's first signature also pays what any "
+             "program's first call of that kernel pays (torch's lazy loading of its own kernel: ~8 ms for "
+             "torch's silu, `benchmarks/experiments/first_call_profile.py`). The device times (µs per call) are timed head to head "
              f"({raw.get('timing', '?')}). Offline: `tune_params` (every candidate warmed, then "
              "find_fastest) with the same default settings. The method: the docstring of "
              "`src/tunekit/bench/suites/first_use.py`."), "",
@@ -344,7 +346,9 @@ def _shipped_line(raw: dict) -> str:
     by_shipped = sum("shipped" in (r.get("why") or "") for r in raw["rows"])
     return (f"Shipped pre-tuned results: **on** (the default): {by_shipped} of {len(raw['rows'])} signatures were "
             "decided by them at their first call (`src/tunekit/pretuned/`: offline tuning of these suites' "
-            "signatures on this GPU model); the rest were tuned online.")
+            "signatures on this GPU model); the rest were tuned online. The shipped builds of the chosen kernels "
+            "(`<GPU>.kernels.zip`: NVRTC cubins, Triton cache entries) came with them: an 'empty' cache is the "
+            "user's cache folders, empty; a chosen kernel whose build matches loads instead of compiling.")
 
 
 def render(raw: dict) -> str:

@@ -113,15 +113,15 @@ class CudaElementwise(Candidate):
 
     def prepare(self, p) -> None:
         """Compile and load this form's kernel on ``p``'s device (tuning calls it on a worker
-        thread, so the candidate's first run does not wait for NVRTC), and build the launch
-        extensions its runner uses (the C++ one takes seconds on a machine's first use: never on the
-        caller's thread while a session runs)."""
+        thread, so the candidate's first run does not wait for NVRTC), build the C launch its runner
+        uses, and start building the C++ one on its own worker: it takes 12-14 s on a machine's
+        first use (H100), which a shipped choice's preparation must not wait for."""
         index = p.x.get_device()
         self.kernel.address(index)
         if self.persistent:
             self.kernel.resident_blocks(index, BLOCK)
         if cuda.direct_launch() is not None:
-            fast_call.load()
+            fast_call.start_loading()
 
     def run(self, p):
         # the cached call's path: every line here is host time on each call
@@ -149,7 +149,7 @@ class CudaElementwise(Candidate):
         """``run`` for unary params with ``out`` None, as a function of ``x`` with the kernel's address,
         grid and launch entry bound: what the fast path calls. The C++ ``Launcher`` of
         ``backends/fast_call.cpp`` (allocation and launch in one call) where it builds, else a
-        closure over the C launch (one frame, one allocation, one launch). Valid for every ``x`` of
+        closure over the C launch (one frame, one allocation, one launch) until it is built. Valid for every ``x`` of
         this cache key (dtype, element count, alignment, device)."""
         launch = cuda.direct_launch()
         x = p.x
@@ -160,7 +160,7 @@ class CudaElementwise(Candidate):
         function = self.kernel.address(index)
         grid = self._grid(n, index)
         stream = cuda.current_stream
-        native = fast_call.load()
+        native = fast_call.loaded()  # the C++ Launcher once built; the C launch until then
         if native is not None:
             return native.Launcher(fast_launch.driver_entry_point(), function, grid, BLOCK, n, index, stream)
         empty_like = torch.empty_like

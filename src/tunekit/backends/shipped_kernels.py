@@ -1,0 +1,151 @@
+"""Compiled kernels shipped with the package: what compiling the shipped pre-tuned choices produced.
+
+Shipped pre-tuned results (:mod:`tunekit.tunable.shipped`) give a process's first call the tuned
+choice, but a choice that must be compiled still cost its compile with an empty cache: 0.1-0.4 s of
+NVRTC for a CUDA C kernel, 0.2-1.7 s of Triton (H100), a tenth to a half of a program that calls a
+20 us op 10,000 times. So ``benchmarks/pretune.py`` also ships, per GPU model, the build outputs of
+the chosen candidates: ``tunekit/pretuned/<GPU model>.kernels.zip`` holding
+
+- ``cubin/<name>-<arch>-<key>.cubin``: NVRTC output under its cubin-cache name
+  (:mod:`tunekit.backends.nvrtc`), whose key hashes the source, architecture, options, NVRTC version
+  and the fp16/bf16 headers' text: a shipped cubin is used exactly where NVRTC would make the same one;
+- ``triton/<folder>/<kernel>.json`` and ``.cubin``: Triton cache entries (metadata and binary) of the
+  chosen Triton kernels. The folder is Triton's own cache key (its version, the kernel's source and
+  options, the target), so an entry is found only where Triton would compile the same kernel; they
+  are copied into the user's Triton cache, through Triton's cache manager, before the first Triton
+  warm-up of a process, and only when the installed Triton is the version that made them
+  (``triton/VERSION``).
+
+Neither changes what runs, only when it is ready; a kernel with no shipped build compiles as before.
+Off, as the shipped results are, with ``TUNEKIT_USE_SHIPPED=0``. Trust: the files are part of the
+installed package, as its Python code is.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import threading
+import zipfile
+
+from .cache import warn_once
+
+__all__ = ["PRETUNED_DIR", "enabled", "shipped_cubin", "seed_triton_cache", "write_bundle", "bundle_for"]
+
+PRETUNED_DIR = pathlib.Path(__file__).resolve().parents[1] / "pretuned"
+_SUFFIX = ".kernels.zip"
+
+
+def enabled() -> bool:
+    """Whether shipped builds are used: with the shipped results (``use_shipped``)."""
+    from ..tunable import context  # the settings live in the runtime; read at call time, never at import
+
+    return context.current().use_shipped
+
+
+def bundle_for(table: pathlib.Path) -> pathlib.Path:
+    """The kernels bundle beside a shipped results file: ``X.csv`` -> ``X.kernels.zip``."""
+    return table.with_name(table.stem + _SUFFIX)
+
+
+@functools.lru_cache(maxsize=None)
+def _index(directory: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Member name -> the bundle holding it, over every bundle in ``directory``."""
+    found: dict[str, pathlib.Path] = {}
+    for bundle in sorted(directory.glob("*" + _SUFFIX)):
+        with zipfile.ZipFile(bundle) as z:
+            for name in z.namelist():
+                found.setdefault(name, bundle)
+    return found
+
+
+def _read(directory: pathlib.Path, member: str) -> bytes | None:
+    bundle = _index(directory).get(member)
+    if bundle is None:
+        return None
+    with zipfile.ZipFile(bundle) as z:
+        return z.read(member)
+
+
+def shipped_cubin(filename: str, directory: pathlib.Path | None = None) -> bytes | None:
+    """The shipped cubin named ``filename`` (its cubin-cache name) in ``directory`` (default:
+    :data:`PRETUNED_DIR`), or None (none, not an ELF image, or shipped builds off)."""
+    if not enabled():
+        return None
+    data = _read(PRETUNED_DIR if directory is None else directory, f"cubin/{filename}")
+    return data if data is not None and data[:4] == b"\x7fELF" else None
+
+
+_seeded: dict[pathlib.Path, int] = {}
+_seed_lock = threading.Lock()
+
+
+def seed_triton_cache(directory: pathlib.Path | None = None) -> int:
+    """Copy the shipped Triton cache entries (of the bundles in ``directory``, default
+    :data:`PRETUNED_DIR`) this Triton can use into its cache, once per process;
+    how many were copied (entries already there are left alone). A failure only costs compiles: one
+    TunekitWarning says why."""
+    if not enabled():
+        return 0
+    directory = PRETUNED_DIR if directory is None else directory
+    with _seed_lock:
+        if directory not in _seeded:
+            try:
+                _seeded[directory] = _seed(directory)
+            except Exception as exc:  # noqa: BLE001 - Triton internals moved: compile as before
+                _seeded[directory] = 0
+                warn_once(f"triton-seed:{directory}", f"tunekit: shipped Triton kernels not used ({exc!r})")
+        return _seeded[directory]
+
+
+def _seed(directory: pathlib.Path) -> int:
+    import triton
+    from triton.runtime import cache as triton_cache
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and getattr(knobs.cache, "manager_class", None) is not None:
+        return 0  # a custom (remote) cache manager: its keys and storage are its own
+    copied = 0
+    for bundle in sorted(directory.glob("*" + _SUFFIX)):
+        with zipfile.ZipFile(bundle) as z:
+            names = set(z.namelist())
+            if "triton/VERSION" not in names or z.read("triton/VERSION").decode().strip() != triton.__version__:
+                continue  # another Triton: its cache keys differ, the entries would never be found
+            for member in sorted(n for n in names if n.startswith("triton/") and n.endswith(".json")):
+                _, folder, name = member.split("/")
+                manager = triton_cache.FileCacheManager(folder)
+                if manager.get_group(name) is not None:
+                    continue
+                binary = f"triton/{folder}/{name[:-len('.json')]}.cubin"
+                if binary not in names:
+                    continue  # a metadata file alone would be a cache hit without a kernel
+                paths = {f.rsplit("/", 1)[1]: manager.put(z.read(f), f.rsplit("/", 1)[1]) for f in (member, binary)}
+                manager.put_group(name, paths)
+                copied += 1
+    return copied
+
+
+def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathlib.Path | None,
+                 triton_version: str | None) -> tuple[int, int]:
+    """Write the bundle ``path`` from a fresh cubin cache folder and a fresh Triton cache folder (the
+    builds of the shipped choices only); (cubins, Triton kernels) written. Triton's launcher
+    libraries and intermediate files are left out: only kernels' metadata and binaries travel."""
+    cubins = sorted(cubin_dir.glob("*.cubin")) if cubin_dir.is_dir() else []
+    kernels = []
+    if triton_dir is not None and triton_dir.is_dir():
+        for meta in sorted(triton_dir.glob("*/*.json")):
+            binary = meta.with_suffix(".cubin")
+            if not meta.name.startswith("__grp__") and binary.is_file():
+                kernels.append((meta, binary))
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for cubin in cubins:
+            z.write(cubin, f"cubin/{cubin.name}")
+        for meta, binary in kernels:
+            for f in (meta, binary):
+                z.write(f, f"triton/{f.parent.name}/{f.name}")
+        if kernels:
+            z.writestr("triton/VERSION", str(triton_version))
+    tmp.replace(path)
+    _index.cache_clear()
+    return len(cubins), len(kernels)

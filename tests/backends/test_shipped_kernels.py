@@ -1,0 +1,140 @@
+"""Shipped kernel builds: a cubin shipped under its cache name is used in place of NVRTC (and only
+when shipped results are on), cubin names do not depend on where the headers are installed, bundles
+hold what a fresh cache built, and shipped Triton entries reach Triton's own cache."""
+
+import shutil
+import zipfile
+
+import pytest
+
+from tunekit.backends import nvrtc, shipped_kernels
+from tunekit.tunable import context
+
+needs_nvrtc = pytest.mark.skipif(nvrtc.available() is not None, reason=f"NVRTC unavailable: {nvrtc.available()}")
+
+SOURCE = 'extern "C" __global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }'
+
+
+@pytest.fixture
+def pretuned(tmp_path, monkeypatch):
+    """An empty package folder of shipped files, and an empty cubin cache."""
+    folder = tmp_path / "pretuned"
+    folder.mkdir()
+    monkeypatch.setattr(shipped_kernels, "PRETUNED_DIR", folder)
+    monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path / "cache"))
+    shipped_on(monkeypatch, True)
+    shipped_kernels._index.cache_clear()
+    yield folder
+    shipped_kernels._index.cache_clear()
+
+
+def shipped_on(monkeypatch, on: bool) -> None:
+    monkeypatch.setenv("TUNEKIT_USE_SHIPPED", "1" if on else "0")
+    context.reload_environment()
+
+
+def _bundle(folder, members: dict[str, bytes], name="GPU.kernels.zip"):
+    with zipfile.ZipFile(folder / name, "w") as z:
+        for member, data in members.items():
+            z.writestr(member, data)
+    shipped_kernels._index.cache_clear()
+
+
+@needs_nvrtc
+def test_a_shipped_cubin_replaces_the_compile_only_when_shipped_results_are_on(pretuned, monkeypatch):
+    name = nvrtc.cubin_name(SOURCE, "add_one", "sm_90")
+    marked = b"\x7fELF shipped build of add_one"
+    _bundle(pretuned, {f"cubin/{name}": marked})
+
+    def no_compiler(*args):
+        raise AssertionError("NVRTC ran although the build was shipped")
+
+    with monkeypatch.context() as m:
+        m.setattr(nvrtc, "_nvrtc_compile", no_compiler)
+        assert nvrtc.compile_cubin(SOURCE, "add_one", "sm_90") == marked
+    shipped_on(monkeypatch, False)
+    compiled = nvrtc.compile_cubin(SOURCE, "add_one", "sm_90")
+    assert compiled != marked and compiled[:4] == b"\x7fELF"
+    # refresh (a cubin that did not load) compiles, never takes the shipped copy again
+    shipped_on(monkeypatch, True)
+    assert nvrtc.compile_cubin(SOURCE, "add_one", "sm_90", refresh=True) != marked
+
+
+@needs_nvrtc
+def test_a_shipped_file_that_is_no_elf_image_is_ignored(pretuned):
+    name = nvrtc.cubin_name(SOURCE, "add_one", "sm_90")
+    _bundle(pretuned, {f"cubin/{name}": b"not a cubin"})
+    assert shipped_kernels.shipped_cubin(name) is None
+    assert nvrtc.compile_cubin(SOURCE, "add_one", "sm_90")[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_cubin_names_follow_the_headers_text_not_their_folder(tmp_path, monkeypatch):
+    (original,) = nvrtc.include_dirs()[:1]
+    before = nvrtc.cubin_name(SOURCE, "add_one", "sm_90")
+    copy = tmp_path / "include"
+    shutil.copytree(original, copy)
+    for changed_text in (False, True):
+        if changed_text:
+            with open(copy / "cuda_bf16.h", "a") as f:
+                f.write("\n// another release\n")
+        monkeypatch.setattr(nvrtc, "include_dirs", lambda: (str(copy),))
+        nvrtc.headers_digest.cache_clear()
+        try:
+            assert (nvrtc.cubin_name(SOURCE, "add_one", "sm_90") == before) is not changed_text
+        finally:
+            nvrtc.headers_digest.cache_clear()
+    assert nvrtc.cubin_name(SOURCE, "add_one", "sm_80") != before
+    assert nvrtc.cubin_name(SOURCE, "add_one", "sm_90", ("-DX=1",)) != before
+
+
+@needs_nvrtc
+def test_a_bundle_holds_the_cubins_a_fresh_cache_built(pretuned, tmp_path):
+    nvrtc.compile_cubin(SOURCE, "add_one", "sm_90")
+    cubins = tmp_path / "cache" / "cubin"
+    (only,) = cubins.glob("*.cubin")
+    out = pretuned / "GPU.kernels.zip"
+    assert shipped_kernels.write_bundle(out, cubins, None, None) == (1, 0)
+    assert shipped_kernels.shipped_cubin(only.name) == only.read_bytes()
+    assert shipped_kernels.bundle_for(pretuned / "GPU.csv") == out
+
+
+def _triton_entry(folder, kernel="k"):
+    return {f"triton/{folder}/{kernel}.json": b'{"name": "k"}', f"triton/{folder}/{kernel}.cubin": b"\x7fELF k"}
+
+
+@pytest.fixture
+def triton_cache(pretuned, tmp_path, monkeypatch):
+    triton = pytest.importorskip("triton")
+    from triton.runtime import cache
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setattr(shipped_kernels, "_seeded", {})
+    return triton, cache
+
+
+def test_shipped_triton_entries_reach_tritons_cache_once(triton_cache, pretuned):
+    triton, cache = triton_cache
+    _bundle(pretuned, {"triton/VERSION": triton.__version__.encode(), **_triton_entry("ABC"),
+                       "triton/DEF/lone.json": b"{}"})  # metadata without its binary: not copied
+    assert shipped_kernels.seed_triton_cache() == 1
+    group = cache.FileCacheManager("ABC").get_group("k.json")
+    assert sorted(group) == ["k.cubin", "k.json"]
+    assert open(group["k.cubin"], "rb").read() == b"\x7fELF k"
+    assert cache.FileCacheManager("DEF").get_group("lone.json") is None
+    assert shipped_kernels.seed_triton_cache() == 1  # once per process: the same answer, no second copy
+    shipped_kernels._seeded.clear()
+    assert shipped_kernels.seed_triton_cache() == 0  # already in the cache
+
+
+def test_triton_entries_of_another_triton_version_or_with_shipped_results_off_are_not_copied(
+        triton_cache, pretuned, monkeypatch):
+    triton, cache = triton_cache
+    _bundle(pretuned, {"triton/VERSION": b"0.0.1", **_triton_entry("ABC")})
+    assert shipped_kernels.seed_triton_cache() == 0
+    assert cache.FileCacheManager("ABC").get_group("k.json") is None
+    _bundle(pretuned, {"triton/VERSION": triton.__version__.encode(), **_triton_entry("ABC")})
+    shipped_kernels._seeded.clear()
+    shipped_on(monkeypatch, False)
+    assert shipped_kernels.seed_triton_cache() == 0 and not shipped_kernels._seeded
+    assert cache.FileCacheManager("ABC").get_group("k.json") is None
