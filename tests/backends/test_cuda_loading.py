@@ -210,3 +210,40 @@ def test_the_ctypes_driver_answers_as_cuda_bindings_does(cuda):
     (err,) = driver.cuLaunchKernel(driver.CUfunction(fn), 1, 1, 1, 1, 1, 1, 0, torch.cuda.current_stream().cuda_stream,
                                    ctypes.addressof(params), 0)
     assert int(err) == 0 and x.item() == 1.0
+
+
+class _StandInLibcuda:
+    """libcuda's C functions as Python callables: each writes its out-argument and returns 0."""
+
+    def __init__(self, with_proc_address=True):
+        self.calls = []
+        if not with_proc_address:
+            self.cuGetProcAddress_v2 = None
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def call(*args):
+            self.calls.append((name, args))
+            out = next((a for a in args if hasattr(a, "_obj")), None)  # byref(out): what the driver writes
+            if out is not None:
+                out._obj.value = {"cuDriverGetVersion": 13000, "cuDeviceGet": 2}.get(name, 0xC0DE)
+            return 0
+        setattr(self, name, call)
+        return call
+
+
+def test_the_ctypes_driver_answers_in_cuda_bindings_convention():
+    from tunekit.backends.driver import _LibCuda
+
+    lib = _StandInLibcuda()
+    driver = _LibCuda(lib)
+    assert driver.cuDriverGetVersion() == (0, 13000)
+    assert driver.cuModuleLoadData(b"\x7fELF") == (0, 0xC0DE)
+    assert driver.cuModuleGetFunction(0xC0DE, b"k") == (0, 0xC0DE)
+    assert driver.cuDeviceGet(2) == (0, 2) and driver.cuCtxSetCurrent(0xC0DE) == (0,)
+    assert driver.cuGetProcAddress(b"cuLaunchKernel", 13000, driver.LEGACY_STREAM)[:2] == (0, 0xC0DE)
+    assert [c[0] for c in lib.calls][-1] == "cuGetProcAddress_v2"
+    old = _LibCuda(_StandInLibcuda(with_proc_address=False))  # a driver before CUDA 12
+    assert old.cuGetProcAddress(b"cuLaunchKernel", 11080, old.LEGACY_STREAM)[0] != 0

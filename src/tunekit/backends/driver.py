@@ -50,7 +50,9 @@ class _LibCuda:
                            ("cuDriverGetVersion", [ctypes.POINTER(c_int)]),
                            ("cuGetProcAddress_v2", [ctypes.c_char_p, ctypes.POINTER(p), c_int, u64,
                                                     ctypes.POINTER(c_int)])):
-            fn = getattr(lib, name)
+            fn = getattr(lib, name, None)
+            if fn is None and name == "cuGetProcAddress_v2":  # a driver before CUDA 12: exported symbols serve
+                continue
             fn.argtypes, fn.restype = args, c_int
 
     def _out(self, name: str, out_type, *args):
@@ -80,6 +82,8 @@ class _LibCuda:
         return self._out("cuDriverGetVersion", ctypes.c_int)
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: int):
+        if getattr(self._lib, "cuGetProcAddress_v2", None) is None:
+            return 500, 0, 0  # CUDA_ERROR_NOT_FOUND: entry_point takes the exported symbol
         address, status = ctypes.c_void_p(), ctypes.c_int()
         err = self._lib.cuGetProcAddress_v2(symbol, ctypes.byref(address), version, flags, ctypes.byref(status))
         return err, address.value or 0, status.value
