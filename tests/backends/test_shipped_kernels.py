@@ -138,3 +138,17 @@ def test_triton_entries_of_another_triton_version_or_with_shipped_results_off_ar
     shipped_on(monkeypatch, False)
     assert shipped_kernels.seed_triton_cache() == 0 and not shipped_kernels._seeded
     assert cache.FileCacheManager("ABC").get_group("k.json") is None
+
+
+@needs_nvrtc
+def test_a_damaged_bundle_is_left_out_with_a_warning_and_compiles_go_on(pretuned):
+    from tunekit.tunable import TunekitWarning
+
+    name = nvrtc.cubin_name(SOURCE, "add_one", "sm_90")
+    _bundle(pretuned, {f"cubin/{name}": b"\x7fELF shipped"}, name="GOOD.kernels.zip")
+    (pretuned / "OTHER_GPU.kernels.zip").write_bytes(b"PK\x03\x04 truncated")
+    shipped_kernels._index.cache_clear()
+    with pytest.warns(TunekitWarning, match="OTHER_GPU.kernels.zip"):
+        assert shipped_kernels.shipped_cubin(name) == b"\x7fELF shipped"
+    other = nvrtc.compile_cubin(SOURCE.replace("1.0f", "2.0f"), "add_two", "sm_90")  # not shipped: compiled
+    assert other[:4] == b"\x7fELF"

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from tunekit.tunable import TunekitWarning, results_store, shipped, tuning, validators
+from tunekit.tunable import TunekitWarning, context, results_store, shipped, tuning, validators
 from tunekit.tunable.errors import ResultsImportError
 from tunekit.tunable.entries import write_csv
 from tunekit.tunable.results import ResultsStore
@@ -268,6 +268,43 @@ def test_every_triton_candidate_is_known_as_one():
     from tunekit.tunable import registry
     pairs = [(shipped.uses_triton(c), "triton" in c.name) for op in registry.all_ops() for c in op.candidates]
     assert any(uses for uses, _ in pairs) and all(uses == named for uses, named in pairs)
+
+
+def test_preparations_run_in_the_callers_settings():
+    """A worker prepares under the caller's tuning() (whether shipped builds may be used)."""
+    seen = []
+
+    class Reading:
+        name = "reading"
+
+        def prepare(self, p):
+            seen.append(context.current().use_shipped)
+    with tuning(use_shipped=False):
+        shipped.start_preparing(Reading(), None).result(timeout=30)
+    with tuning(use_shipped=True):
+        shipped.start_preparing(Reading(), None).result(timeout=30)
+    assert seen == [False, True]
+
+
+def test_a_choice_whose_preparation_cannot_start_fails_instead_of_pending(ship, tmp_path, monkeypatch):
+    """Stand-in first, then the choice: if starting the choice's preparation raises, its Future fails
+    (the default runs, with a warning), never pending for ever under a finishing resolve."""
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    op = op_whose("medium", lambda p: None)
+    triton_like = type("TritonLike", (Preparing,), {"__module__": "tunekit.ops.fake.triton_candidates"})
+    op._by_name["medium"] = triton_like(op.candidate("medium").inner, lambda p: None)
+    monkeypatch.setattr(shipped, "_triton_prepared", False)
+    real = shipped.start_preparing
+
+    def refusing(candidate, params, **kw):
+        if candidate.name == "medium":
+            raise RuntimeError("worker pool shut down")
+        return real(candidate, params, **kw)
+    monkeypatch.setattr(shipped, "start_preparing", refusing)
+    with tuning(max_tuning_ms=20_000), pytest.warns(TunekitWarning, match="worker pool shut down"):
+        op(ScaleParams(x))
+        assert op.resolve(ScaleParams(x), finish=True).candidate.name == "ref"
 
 
 def test_a_choice_ready_at_once_needs_no_stand_in(ship, tmp_path):

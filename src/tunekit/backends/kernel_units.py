@@ -234,7 +234,14 @@ def unit_identity(filename: str, name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _own_text() -> str:
-    return pathlib.Path(__file__).read_text()
+    """This module's source (its rules make the units); tunekit's version where no source is
+    installed (a sourceless or zipped install: a release's rules do not change)."""
+    try:
+        return pathlib.Path(__file__).read_text()
+    except OSError:
+        from .._version import __version__
+
+        return f"tunekit {__version__}"
 
 
 def kernel_names(filename: str) -> tuple[str, ...]:

@@ -166,7 +166,10 @@ _NVRTC_WHEELS = ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12")
 def nvrtc_release() -> str:
     """Which NVRTC compiles here, for cubin names: the pip wheel's release when NVRTC comes from one
     (read from its metadata, without loading cuda-bindings and NVRTC: 100 ms of a process's first
-    call on the H100, where a cached or shipped cubin needs neither), else NVRTC's own version."""
+    call on the H100, where a cached or shipped cubin needs neither), else NVRTC's own version. It
+    assumes cuda-bindings loads the wheel's NVRTC when one is installed (as it does, before a
+    toolkit's): where it loads another, a changed NVRTC keeps the names, and cubins of the other
+    compiler are used (valid code for the architecture; one that does not load is compiled again)."""
     for wheel in _NVRTC_WHEELS:
         try:
             return f"{wheel} {importlib.metadata.version(wheel)}"

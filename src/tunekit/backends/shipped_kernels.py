@@ -50,21 +50,32 @@ def bundle_for(table: pathlib.Path) -> pathlib.Path:
 
 @functools.lru_cache(maxsize=None)
 def _index(directory: pathlib.Path) -> dict[str, pathlib.Path]:
-    """Member name -> the bundle holding it, over every bundle in ``directory``."""
+    """Member name -> the bundle holding it, over every readable bundle in ``directory``; a damaged
+    one is left out with one TunekitWarning (its kernels compile as they would without it)."""
     found: dict[str, pathlib.Path] = {}
     for bundle in sorted(directory.glob("*" + _SUFFIX)):
-        with zipfile.ZipFile(bundle) as z:
-            for name in z.namelist():
-                found.setdefault(name, bundle)
+        try:
+            with zipfile.ZipFile(bundle) as z:
+                names = z.namelist()
+        except (OSError, zipfile.BadZipFile) as exc:
+            warn_once(f"bundle:{bundle}", f"tunekit: shipped kernel builds not used ({bundle}: {exc})")
+            continue
+        for name in names:
+            found.setdefault(name, bundle)
     return found
 
 
 def _read(directory: pathlib.Path, member: str) -> bytes | None:
+    """A member of the bundles in ``directory``, or None (absent, or its bundle cannot be read)."""
     bundle = _index(directory).get(member)
     if bundle is None:
         return None
-    with zipfile.ZipFile(bundle) as z:
-        return z.read(member)
+    try:
+        with zipfile.ZipFile(bundle) as z:
+            return z.read(member)
+    except (OSError, zipfile.BadZipFile, KeyError) as exc:
+        warn_once(f"bundle:{bundle}", f"tunekit: shipped kernel builds not used ({bundle}: {exc})")
+        return None
 
 
 def shipped_cubin(filename: str, directory: pathlib.Path | None = None) -> bytes | None:

@@ -25,6 +25,7 @@ default, so no call waits seconds for a compiler and few run torch's slower kern
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import csv
 import functools
 import io
@@ -128,14 +129,38 @@ def forget_files() -> None:
 PENDING = "its preparation (compile) is under way"
 
 
-def start_preparing(candidate, params) -> concurrent.futures.Future:
-    """``candidate.prepare(params)`` on a preparation worker (done at once when it has none)."""
+_stand_in_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _stand_in_worker() -> concurrent.futures.ThreadPoolExecutor:
+    """A worker of its own for stand-ins: on a 2-core machine the preparation pool has one worker,
+    and a stand-in queued behind the compile it stands in for would never stand in."""
+    global _stand_in_pool
+    with _lock:
+        if _stand_in_pool is None:
+            _stand_in_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tunekit-stand-in")
+        return _stand_in_pool
+
+
+def start_preparing(candidate, params, *, check_support: bool = False) -> concurrent.futures.Future:
+    """``candidate.prepare(params)`` on a preparation worker, in the caller's context (its
+    ``tuning()`` settings: whether shipped builds may be used); done at once when there is nothing
+    to do. ``check_support`` (a stand-in, on its own worker): first ``candidate.supports(params)``,
+    a refusal failing the Future."""
     prepare = getattr(candidate, "prepare", None)
-    if prepare is None:
+    if prepare is None and not check_support:
         done = concurrent.futures.Future()
         done.set_result(None)
         return done
-    return preparer().submit(prepare, params)
+
+    def job():
+        why = candidate.supports(params) if check_support and hasattr(candidate, "supports") else None
+        if why is not None:
+            raise RuntimeError(f"{candidate.name} does not support these inputs: {why}")
+        if prepare is not None:
+            prepare(params)
+    pool = _stand_in_worker() if check_support else preparer()
+    return pool.submit(contextvars.copy_context().run, job)
 
 
 #: how long a first call waits for the shipped choice before it prepares a stand-in: a shipped cubin
@@ -143,9 +168,11 @@ def start_preparing(candidate, params) -> concurrent.futures.Future:
 STAND_IN_AFTER_MS = 5.0
 
 
-def stand_in(entry: Entry, by_name: dict, default, params, margin: float):
+def stand_in(entry: Entry, by_name: dict, default, margin: float):
     """What runs while the shipped choice prepares: the fastest other candidate the entry timed, when
-    it beat the default by the margin and supports ``params``; None when the default is as good."""
+    it beat the default by the margin; None when the default is as good. Whether it supports the
+    call's params is asked on the worker that prepares it (:func:`start_preparing`): a CUDA C
+    candidate's answer imports cuda-bindings, 0.1 s the caller must not wait."""
     default_rec = entry.candidates.get(default.name)
     default_ms = default_rec.time_ms if default_rec is not None else None
     timed = sorted((r.time_ms, name) for name, r in entry.candidates.items()
@@ -154,8 +181,7 @@ def stand_in(entry: Entry, by_name: dict, default, params, margin: float):
         c = by_name[name]
         if c is default or (default_ms is not None and time_ms * (1 + margin) >= default_ms):
             return None
-        if getattr(c, "supports", lambda p: None)(params) is None:
-            return c
+        return c
     return None
 
 
@@ -195,21 +221,26 @@ class Preparation:
                 self.future.add_done_callback(_note_triton_prepared)
         else:  # the choice's preparation starts once the stand-in's is done
             self.future = concurrent.futures.Future()
-            self._stand_in_future.add_done_callback(lambda _: self._chain(start_preparing(resolution.candidate, params)))
+            self._stand_in_future.add_done_callback(lambda _: self._start_choice())
             self.future.add_done_callback(_note_triton_prepared)
 
-    def _chain(self, inner: concurrent.futures.Future) -> None:
+    def _start_choice(self) -> None:
+        """The choice's preparation, once the stand-in's is done; its outcome becomes ``future``'s
+        (a preparation that cannot even start fails it: never a Future left pending)."""
         def copy(done):
             if done.exception() is not None:
                 self.future.set_exception(done.exception())
             else:
                 self.future.set_result(done.result())
-        inner.add_done_callback(copy)
+        try:
+            start_preparing(self.resolution.candidate, self.params).add_done_callback(copy)
+        except Exception as exc:  # noqa: BLE001 - e.g. the worker pool shut down at exit
+            self.future.set_exception(exc)
 
     def _start_stand_in(self) -> None:
         self.stand_in = self._pick()
         if self.stand_in is not None:
-            self._stand_in_future = start_preparing(self.stand_in, self.params)
+            self._stand_in_future = start_preparing(self.stand_in, self.params, check_support=True)
 
     def wait(self, wait_ms: float) -> tuple[str | None, object | None]:
         """(None, None) once the choice is ready, else (why not, the candidate to run meanwhile or

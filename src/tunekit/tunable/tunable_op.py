@@ -307,7 +307,7 @@ class TunableOp:
             r = Resolution(self._by_name[shipped_entry.choice], why, signature, device_name, shipped_entry)
             if capturing or not incremental:  # prepared in this call, as a stored entry's choice is
                 return r
-            pick = functools.partial(shipped.stand_in, shipped_entry, self._by_name, self.default, params, s.margin)
+            pick = functools.partial(shipped.stand_in, shipped_entry, self._by_name, self.default, s.margin)
             self._preparing[(s.cache_id, signature)] = shipped.Preparation(r, params, pick)
             return self._shipped_when_prepared(s, signature, s.max_tuning_ms)
         if capturing or not s.tuning:

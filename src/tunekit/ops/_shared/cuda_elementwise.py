@@ -149,7 +149,8 @@ class CudaElementwise(Candidate):
         """``run`` for unary params with ``out`` None, as a function of ``x`` with the kernel's address,
         grid and launch entry bound: what the fast path calls. The C++ ``Launcher`` of
         ``backends/fast_call.cpp`` (allocation and launch in one call) where it builds, else a
-        closure over the C launch (one frame, one allocation, one launch) until it is built. Valid for every ``x`` of
+        closure over the C launch (one frame, one allocation, one launch) when it is not built yet (that
+        runner then stays for the key). Valid for every ``x`` of
         this cache key (dtype, element count, alignment, device)."""
         launch = cuda.direct_launch()
         x = p.x
