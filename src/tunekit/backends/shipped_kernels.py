@@ -7,7 +7,7 @@ NVRTC for a CUDA C kernel, 0.2-1.7 s of Triton (H100), a tenth to a half of a pr
 the chosen candidates: ``tunekit/pretuned/<GPU model>.kernels.zip`` holding
 
 - ``cubin/<name>-<arch>-<key>.cubin``: NVRTC output under its cubin-cache name
-  (:mod:`tunekit.backends.nvrtc`), whose key hashes the source, architecture, options, NVRTC version
+  (:mod:`tunekit.backends.nvrtc`), whose key hashes the source, architecture, options, NVRTC release
   and the fp16/bf16 headers' text: a shipped cubin is used exactly where NVRTC would make the same one;
 - ``triton/<folder>/<kernel>.json`` and ``.cubin``: Triton cache entries (metadata and binary) of the
   chosen Triton kernels. The folder is Triton's own cache key (its version, the kernel's source and
