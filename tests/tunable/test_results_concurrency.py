@@ -41,13 +41,16 @@ for i in range(100):  # one small transaction per entry
 READER = PRELUDE + """
 store = ResultsStore(path)
 counts = []
-while not (flags / "writers-done").exists():
+while True:  # reads at least once after the writers are done, however the 20 processes were scheduled
+    done = (flags / "writers-done").exists()
     n = len(store)
     entries = store.entries("op")
     assert len(entries) >= n, (len(entries), n)  # never fewer than a moment ago
     assert not counts or n >= counts[-1], (counts[-1], n)
     counts.append(n)
-print(json.dumps({"reads": len(counts), "last": counts[-1] if counts else None}))
+    if done:
+        break
+print(json.dumps({"reads": len(counts), "last": counts[-1]}))
 """
 
 
@@ -87,7 +90,10 @@ def test_sixteen_writers_and_four_readers_leave_every_entry_in_the_main_file(tmp
         for p in everyone:
             if p.poll() is None:
                 p.kill()
-    assert all(r["reads"] > 0 for r in reads) and elapsed < 60
+    # how many reads fell while the writers wrote depends on how 20 processes share the cores (on 2
+    # cores a reader may get none in): what must hold is that every read went up, never down (checked
+    # in the readers) and that the read after the writers finished sees every entry
+    assert [r["last"] for r in reads] == [1600] * 4 and elapsed < 60
     assert sorted(os.listdir(path.parent)) == ["results.sqlite"]  # no journal or WAL left beside it
     copy = tmp_path / "copy.sqlite"
     shutil.copyfile(path, copy)  # the main file alone
