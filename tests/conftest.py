@@ -15,7 +15,13 @@ if not torch.cuda.is_available():
     # module is imported (tunekit imports it lazily, at a Triton candidate's first use).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from tunekit.ops.gemm import routes
 from tunekit.tunable import context, registry, stores
+
+# The GEMM family's C++ routes to torch's functions (tunekit/ops/gemm/routes.py) are in place before any
+# test runs (built here if need be, ~15 s once per machine), so which calls are routed never depends
+# on when a background build finishes.
+routes.ready()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,6 @@
 """TunableOp: an op's candidates behind one call, and the choice of which one runs.
 
-A call: ``params.cache_key()`` -> in-memory choice -> run it. That cached path reads one ContextVar
-and does two dict lookups: no lock, no device synchronisation, no allocation.
+A call: ``params.cache_key()`` -> in-memory choice -> run it: one ContextVar, two dict lookups, no lock.
 
 A shorter path for the commonest call (``tunekit.silu(x)``: contiguous ``x``, no ``out``):
 ``op.fast_call(x)`` runs the choice's *runner*, a function of ``x`` with everything else bound, or
@@ -51,9 +50,8 @@ _decider = None
 
 
 def use_decider(decider):
-    """Make ``decider(op, params, settings, signature, device, device_name) -> Resolution`` decide
-    every signature met for the first time from now on (None: each process decides for itself, by
-    :meth:`TunableOp.decide_here`); returns the decider it replaces."""
+    """Make ``decider(op, params, settings, signature, device, device_name) -> Resolution`` decide every
+    new signature (None: each process decides by :meth:`TunableOp.decide_here`); the one it replaces."""
     global _decider
     previous, _decider = _decider, decider
     return previous
@@ -80,7 +78,6 @@ class _SessionContext(NamedTuple):
 @dataclass
 class Resolution:
     """Which candidate runs for a signature, and why (what ``tunekit.explain`` shows)."""
-
     candidate: object
     why: str
     signature: str
@@ -117,19 +114,19 @@ class TunableOp:
         self._sessions: dict[tuple, TuningSession] = {}  # (cache_id, signature) -> a tuning over calls
         self._preparing: dict[tuple, shipped.Preparation] = {}  # (cache_id, signature) -> a shipped choice compiling
         self._hashes: dict[str, str] | None = None  # the candidates' source hashes, until one is added
+        #: called whenever choices are dropped (forget, forget_untuned): caches derived elsewhere go too
+        self.on_forget: list[Callable[[], None]] = []
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
         self.call = self._make_call()
-        #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py):
-        #: in Python until the first runner is cached, then what ``fast_calls(runners, install)`` installs
-        #: (the ops inject the C++ one of tunekit.backends.fast_call, built on a worker at that first use)
+        #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py): in
+        #: Python until a runner is cached, then what ``fast_calls(runners, install)`` installs (C++, see there)
         self.fast_call = fast_path.python_fast_call(self._runners)
         self._fast_calls = fast_calls
         self._fast_call_made = False
 
     # -- registration ---------------------------------------------------------------------------
     def add(self, impl, *, name: str | None = None, supports=None, default: bool = False, fast_runner=None):
-        """Register a candidate (a Candidate, or a function ``fn(params)`` adapted to one, with an
-        optional ``fast_runner(params)``: see ``tunekit.tunable.candidate``)."""
+        """Register a candidate (a Candidate, or ``fn(params)`` with optional ``fast_runner``: see candidate.py)."""
         c = as_candidate(impl, name=name, supports=supports, fast_runner=fast_runner)
         if c.name in self._by_name:
             raise ValueError(f"op {self.name!r} already has a candidate named {c.name!r}")
@@ -167,14 +164,18 @@ class TunableOp:
             for memo in (self._choices, self._decided, self._runners, self._sessions, self._preparing):
                 memo.clear()
             self._hashes = None
+            self._forgotten()
+
+    def _forgotten(self) -> None:
+        for hook in self.on_forget:
+            hook()
 
     # -- calling --------------------------------------------------------------------------------
     def __call__(self, params: OpParams):
         return self.call(params)
 
     def _make_call(self):
-        """The cached call path as a plain closure (cheaper to call than ``__call__``): one ContextVar
-        read, the cache key, two dict lookups, the candidate."""
+        """The cached call path as a closure (cheaper than ``__call__``): a ContextVar, the key, two dicts."""
         choices_by_settings = self._choices  # only ever cleared, never replaced
         get_settings = context._current.get
         miss = self._miss
@@ -251,14 +252,12 @@ class TunableOp:
             return r
 
     def decision(self, params: OpParams, s: context.TuningSettings | None = None) -> Resolution | None:
-        """What this process decided for ``params``' signature under the settings (None while it is
-        undecided: never met, or tuning in progress). Looks only: never tunes, stores or runs."""
+        """What this process decided for ``params``' signature (None: not met, or tuning). Never tunes or runs."""
         s = s or context.current()
         with TUNING_LOCK:
             return self._decided.get(s.cache_id, {}).get(params.signature())
 
-    def sessions_in_progress(self) -> int:
-        """How many of this op's signatures are tuning now, spread over their calls (any settings)."""
+    def sessions_in_progress(self) -> int:  # signatures tuning now, spread over calls (any settings)
         with TUNING_LOCK:
             return len(self._sessions)
 
@@ -394,6 +393,7 @@ class TunableOp:
                 self._decided.get(other_id, {}).pop(signature, None)
                 choices.clear()
                 self._runners.pop(other_id, None)
+                self._forgotten()
 
     def __repr__(self) -> str:
         names = ", ".join(c.name + ("*" if c is self.default else "") for c in self.candidates)

@@ -26,7 +26,7 @@ from .params import AddmmParams, GemmParams
 from .torch_candidates import activation_function
 from ...tunable.context import captured, inherited
 
-__all__ = ["GemmFunction", "gemm_call", "activation_backward"]
+__all__ = ["GemmFunction", "gemm_call", "activation_backward", "backward_operands"]
 
 _mm_call, _addmm_call = mm_op.call, addmm_op.call
 
@@ -43,6 +43,17 @@ def _matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if needs_grad(x, y):
         return GemmFunction.apply(None, x, y, 1, 1, "none", False)
     return _mm_call(GemmParams(x, y))
+
+
+def backward_operands(dz, a, b, weight: bool, needs_a: bool, needs_b: bool) -> list:
+    """The backward's GEMMs as ``(x, y)`` pairs of ``x @ y``: dA's when ``needs_a``, then dB's (dW's
+    for ``weight``) when ``needs_b`` (the module docstring's formulas, before alpha)."""
+    pairs = []
+    if needs_a:
+        pairs.append((dz, b if weight else b.mT))
+    if needs_b:
+        pairs.append((dz.mT, a) if weight else (a.mT, dz))
+    return pairs
 
 
 _aten = torch.ops.aten
@@ -83,11 +94,10 @@ class GemmFunction(torch.autograd.Function):
             dc = da = db = None
             if ctx.needs_input_grad[0]:
                 dc = (dz if beta == 1 else dz * beta).sum_to_size(ctx.c_shape)
-            B = b.mT if weight else b
-            if ctx.needs_input_grad[1]:
-                da = _scaled(_matmul(dz, B.mT), alpha)
-            if ctx.needs_input_grad[2]:
-                db = _scaled(_matmul(dz.mT, a) if weight else _matmul(a.mT, dz), alpha)
+            needs_a, needs_b = ctx.needs_input_grad[1:3]
+            grads = [_scaled(_matmul(x, y), alpha) for x, y in backward_operands(dz, a, b, weight, needs_a, needs_b)]
+            da = grads[0] if needs_a else None
+            db = grads[-1] if needs_b else None
         return dc, da, db, None, None, None, None
 
 

@@ -12,6 +12,10 @@ same kernel sequence when tuning is off (``ops/_shared/routing.py`` gives the ge
 - both only for plain float tensors of one dtype and device (``checks.py``), with the routing rule's
   conditions on the input (no compile / trace / mode / functorch / forward AD / "inside tunekit"),
   and not under autocast (torch's function casts first).
+
+Before those checks, a call whose layout tunekit answers with torch's own kernels goes to torch's
+function from C++ (``routes.py``): torch's result under every mode and transform, at torch's host
+cost. ``torch.compiler.is_compiling()`` comes first, so dynamo never traces the C++ call.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .functions import linear_form, linear_taken, matmul_form, matmul_taken
+from . import routes
+from .functions import learnt_linear, learnt_matmul, linear_form, linear_taken, matmul_form, matmul_taken
 from .._shared import routing
+
+_is_compiling = torch.compiler.is_compiling
 
 __all__ = ["Linear", "routed_linear", "routed_matmul", "linear_routable", "patched_linear", "patched_matmul",
            "patched_linear_forward"]
@@ -49,7 +56,7 @@ def routed_linear(x, weight, bias) -> torch.Tensor:
     state = routing.state
     state.inside = True
     try:
-        return linear_taken(x, weight, bias, "none")
+        return learnt_linear(x, weight, bias, linear_taken(x, weight, bias, "none"))
     finally:
         state.inside = False
 
@@ -69,7 +76,7 @@ def routed_matmul(x, other, form: str) -> torch.Tensor:
     state = routing.state
     state.inside = True
     try:
-        return matmul_taken(x, other, form)
+        return learnt_matmul(x, other, form, matmul_taken(x, other, form))
     finally:
         state.inside = False
 
@@ -81,6 +88,10 @@ class Linear(torch.nn.Linear):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
+        if not _is_compiling():
+            y = routes.linear(input, weight, bias)
+            if y is not None:
+                return y
         if linear_routable(input, weight, bias):
             return routed_linear(input, weight, bias)
         return super().forward(input)
@@ -92,6 +103,9 @@ def patched_linear(attr):
         if attr.users:
             if not kwargs and 2 <= len(args) <= 3:
                 x, weight, bias = args[0], args[1], args[2] if len(args) == 3 else None
+                y = None if _is_compiling() else routes.linear(x, weight, bias)
+                if y is not None:
+                    return y
             else:
                 bound = routing.bind(args, kwargs, ("input", "weight", "bias"), defaults={"bias": None}) or {}
                 x, weight, bias = bound.get("input"), bound.get("weight"), bound.get("bias")
@@ -105,6 +119,9 @@ def patched_matmul(attr):
     """``torch.matmul``'s replacement (``out=`` and every form tunekit does not take: torch's)."""
     def matmul(*args, **kwargs):
         if attr.users and len(args) == 2 and not kwargs:
+            y = None if _is_compiling() else routes.matmul(args[0], args[1])
+            if y is not None:
+                return y
             form = _matmul_routable(args[0], args[1])
             if form is not None:
                 return routed_matmul(args[0], args[1], form)
@@ -117,6 +134,9 @@ def patched_linear_forward(attr):
     def forward(self, *args, **kwargs):
         if attr.users and len(args) == 1 and not kwargs:
             weight, bias = self.weight, self.bias
+            y = None if _is_compiling() else routes.linear(args[0], weight, bias)
+            if y is not None:
+                return y
             if linear_routable(args[0], weight, bias):
                 return routed_linear(args[0], weight, bias)
         return attr.original(self, *args, **kwargs)

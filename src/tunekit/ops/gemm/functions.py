@@ -5,8 +5,10 @@ Each takes the forms :mod:`~tunekit.ops.gemm.checks` accepts (plain float tensor
 device, matching shapes, an exact ``out=``) and hands every other call to torch's own function, so
 torch's errors and results stay torch's. A call tunekit takes builds its params and goes through
 the tuned op (``op.call(params)``: the cached choice on a hit), or through
-:class:`~tunekit.ops.gemm.autograd.GemmFunction` when autograd records it. Under torch.compile each
-hands over to the custom ops (``custom_ops.py``).
+:class:`~tunekit.ops.gemm.autograd.GemmFunction` when autograd records it. Before all that, a call
+whose layout tunekit answers with torch's own kernels goes straight to torch's function
+(``routes.py``: host time and autograd as torch's); the general path teaches the routes. Under
+torch.compile each hands over to the custom ops (``custom_ops.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import custom_ops as compiled
+from . import routes
 from .autograd import GemmFunction
 from .checks import broadcastable, needs_grad, out_ok, pair, plain, scalar, self_overlapping
 from .op import addmm_op, mm_op
@@ -24,7 +27,7 @@ from ...tunable.params import overlaps
 _increment_version = torch.autograd.graph.increment_version
 
 __all__ = ["mm", "addmm", "addmm_", "bmm", "baddbmm", "matmul", "linear", "linear_act", "check_activation",
-           "linear_form", "linear_taken", "matmul_form", "matmul_taken"]
+           "linear_form", "linear_taken", "learnt_linear", "matmul_form", "matmul_taken", "learnt_matmul"]
 
 _mm_call, _addmm_call = mm_op.call, addmm_op.call
 _is_compiling = torch.compiler.is_compiling
@@ -53,6 +56,20 @@ def _product(c, a, b, alpha, beta, out, activation: str, weight: bool = False):
     return y
 
 
+def _ones(beta, alpha) -> bool:
+    """alpha = beta = 1 as Python ints (the torch functions' defaults): the only scalars routed."""
+    return type(beta) is int and type(alpha) is int and beta == 1 and alpha == 1
+
+
+def _learnt(route, operands: tuple, routable: bool, y: torch.Tensor, c) -> torch.Tensor:
+    """``y``, after teaching ``route`` about the call when it is ``routable`` (no ``out=``, alpha =
+    beta = 1). ``operands`` are the call's (``c`` its C term or None), ``y`` their product."""
+    if routable:
+        a, b = operands[-2:]
+        routes.learn(route, operands, lambda: routes.products(c, a, b, y))
+    return y
+
+
 def _matrices(a, b, dims: int) -> bool:
     """Operands of ``dims`` dimensions each, one dtype and device, inner sizes that match (batch too)."""
     return (pair(a, b) and a.dim() == dims and b.dim() == dims and a.shape[-1] == b.shape[-2]
@@ -67,10 +84,14 @@ def mm(input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = No
     """``torch.mm``: ``input @ mat2`` for 2-D tensors, by the fastest correct candidate."""
     if _is_compiling():
         return compiled.compiled_mm(input, mat2, out=out)
+    if out is None:
+        y = routes.mm(input, mat2)
+        if y is not None:
+            return y
     if _matrices(input, mat2, 2):
         shape = (input.shape[0], mat2.shape[1])
         if _takes_out(out, shape, input, input, mat2):
-            return _product(None, input, mat2, 1, 1, out, "none")
+            return _learnt(routes.mm, (input, mat2), out is None, _product(None, input, mat2, 1, 1, out, "none"), None)
     return torch.mm(input, mat2) if out is None else torch.mm(input, mat2, out=out)
 
 
@@ -78,10 +99,14 @@ def bmm(input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = N
     """``torch.bmm``: batched ``input @ mat2`` ([b, n, m] @ [b, m, p])."""
     if _is_compiling():
         return compiled.compiled_bmm(input, mat2, out=out)
+    if out is None:
+        y = routes.bmm(input, mat2)
+        if y is not None:
+            return y
     if _matrices(input, mat2, 3):
         shape = (input.shape[0], input.shape[1], mat2.shape[2])
         if _takes_out(out, shape, input, input, mat2):
-            return _product(None, input, mat2, 1, 1, out, "none")
+            return _learnt(routes.bmm, (input, mat2), out is None, _product(None, input, mat2, 1, 1, out, "none"), None)
     return torch.bmm(input, mat2) if out is None else torch.bmm(input, mat2, out=out)
 
 
@@ -99,8 +124,14 @@ def addmm(input: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta=1
     ``input`` is not read (its NaN and infinities do not propagate)."""
     if _is_compiling():
         return compiled.compiled_addmm(input, mat1, mat2, beta=beta, alpha=alpha, out=out)
+    plain_scalars = out is None and _ones(beta, alpha)
+    if plain_scalars:
+        y = routes.addmm(input, mat1, mat2)
+        if y is not None:
+            return y
     if _addmm_form(input, mat1, mat2, beta, alpha, out, 2):
-        return _product(input, mat1, mat2, alpha, beta, out, "none")
+        y = _product(input, mat1, mat2, alpha, beta, out, "none")
+        return _learnt(routes.addmm, (input, mat1, mat2), plain_scalars, y, input)
     if out is None:
         return torch.addmm(input, mat1, mat2, beta=beta, alpha=alpha)
     return torch.addmm(input, mat1, mat2, beta=beta, alpha=alpha, out=out)
@@ -111,8 +142,14 @@ def baddbmm(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, 
     """``torch.baddbmm``: ``beta * input + alpha * (batch1 @ batch2)`` per batch entry, ``input`` broadcast."""
     if _is_compiling():
         return compiled.compiled_baddbmm(input, batch1, batch2, beta=beta, alpha=alpha, out=out)
+    plain_scalars = out is None and _ones(beta, alpha)
+    if plain_scalars:
+        y = routes.baddbmm(input, batch1, batch2)
+        if y is not None:
+            return y
     if _addmm_form(input, batch1, batch2, beta, alpha, out, 3):
-        return _product(input, batch1, batch2, alpha, beta, out, "none")
+        y = _product(input, batch1, batch2, alpha, beta, out, "none")
+        return _learnt(routes.baddbmm, (input, batch1, batch2), plain_scalars, y, input)
     if out is None:
         return torch.baddbmm(input, batch1, batch2, beta=beta, alpha=alpha)
     return torch.baddbmm(input, batch1, batch2, beta=beta, alpha=alpha, out=out)
@@ -154,16 +191,33 @@ def matmul_taken(input, other, form: str) -> torch.Tensor:
     return _product(None, input.expand(batch, -1, -1), other.expand(batch, -1, -1), 1, 1, None, "none")
 
 
+def learnt_matmul(input, other, form: str, y: torch.Tensor) -> torch.Tensor:
+    """``y`` (the tuned matmul's result) after teaching the matmul route about the call: 2-D or
+    folded N-D @ 2-D, and batches of one size (broadcast batches are never routed)."""
+    if form == "fold":
+        K, N = other.shape
+        a = input if input.dim() == 2 else input.reshape(-1, K)
+        routes.learn(routes.matmul, (input, other), lambda: routes.products(None, a, other, y.reshape(-1, N)))
+    elif input.shape[0] == other.shape[0]:
+        routes.learn(routes.matmul, (input, other), lambda: routes.products(None, input, other, y))
+    return y
+
+
 def matmul(input: torch.Tensor, other: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.matmul`` for the forms tunekit takes: 2-D @ 2-D, N-D @ 2-D (the leading dims folded
     into M, copied only where no view can fold them), 3-D @ 3-D with equal or broadcast (1) batch.
     Every other form (vectors, 4-D batches, ``out=``) is torch.matmul's."""
     if _is_compiling():
         return compiled.compiled_matmul(input, other, out=out)
-    form = matmul_form(input, other) if out is None else None
+    if out is not None:
+        return _torch_matmul(input, other, out=out)
+    y = routes.matmul(input, other)
+    if y is not None:
+        return y
+    form = matmul_form(input, other)
     if form is not None:
-        return matmul_taken(input, other, form)
-    return _torch_matmul(input, other) if out is None else _torch_matmul(input, other, out=out)
+        return learnt_matmul(input, other, form, matmul_taken(input, other, form))
+    return _torch_matmul(input, other)
 
 
 def linear_form(input, weight, bias) -> bool:
@@ -179,12 +233,24 @@ def linear_taken(input, weight, bias, activation: str) -> torch.Tensor:
     return y if input.dim() == 2 else y.view(*input.shape[:-1], weight.shape[0])
 
 
+def learnt_linear(input, weight, bias, y: torch.Tensor) -> torch.Tensor:
+    """``y`` (the tuned linear's result) after teaching the linear route about the call."""
+    K, N = weight.shape[1], weight.shape[0]
+    x = input if input.dim() == 2 else input.reshape(-1, K)
+    routes.learn(routes.linear, (input, weight, bias),
+                 lambda: routes.products(bias, x, weight, y.reshape(-1, N), weight=True))
+    return y
+
+
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.nn.functional.linear``: ``input @ weight.T + bias`` over the last dim of ``input``."""
     if _is_compiling():
         return compiled.compiled_linear(input, weight, bias, "none")
+    y = routes.linear(input, weight, bias)
+    if y is not None:
+        return y
     if linear_form(input, weight, bias):
-        return linear_taken(input, weight, bias, "none")
+        return learnt_linear(input, weight, bias, linear_taken(input, weight, bias, "none"))
     return _torch_linear(input, weight, bias)
 
 

@@ -1,0 +1,72 @@
+"""The GEMM family's route to torch's own functions in C++ (``fast_gemm.cpp``: ``GemmRoute``).
+
+Why C++: a GEMM call that tunekit answers with torch's own kernel should cost what torch's call
+costs. Deciding that takes the call's layout (each operand's sizes, strides, alignment, whether it
+requires grad): read through torch's Python accessors it costs more host time than torch's whole
+call, while from the ``at::Tensor`` it is a few field reads, and torch's function is then called
+without a Python frame (``at::linear``: torch's result and torch's own autograd node).
+``tunekit/ops/gemm/routes.py`` decides which layouts are routed.
+
+Built like :mod:`tunekit.backends.fast_call` (the same compiler, flags, cache and ``TUNEKIT_FAST_CALL``
+switch: off, or not buildable, and no call is routed: the general path runs, with the same results),
+on a worker thread at the first GEMM call, never waited for.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from . import extension
+from .fast_call import _flags
+
+__all__ = ["build", "load", "loaded", "unavailable", "when_loaded"]
+
+_MODULE = "tunekit_fast_gemm"
+_started = threading.Lock()
+_pool: list = []
+
+
+def build(directory=None, rebuild: bool = False) -> str:
+    """Compile the extension (or find it built); its path. RuntimeError when it cannot be built."""
+    return extension.build("fast_gemm.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory, rebuild=rebuild)
+
+
+@extension.once
+def _load():
+    return extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_CALL")
+
+
+def load():
+    """The built extension module (``GemmRoute``), or None (see :func:`unavailable`). May build: seconds."""
+    return _load()[0]
+
+
+def unavailable() -> str | None:
+    """None when the extension is in use, else why not."""
+    return _load()[1]
+
+
+def loaded():
+    """The module if it is loaded already, else None: never waits for a build."""
+    return load() if _load.done() else None
+
+
+def when_loaded(install: Callable[[object], None]) -> None:
+    """``install(module)`` once the extension is loaded: now if it is, else from this module's one
+    worker thread, which builds it; never when it cannot be built."""
+    if _load.done():
+        if load() is not None:
+            install(load())
+        return
+    with _started:
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(1, thread_name_prefix="tunekit-fast-gemm-build"))
+        pool = _pool[0]
+
+    def build_then_install():
+        module = load()
+        if module is not None:
+            install(module)
+    pool.submit(build_then_install)

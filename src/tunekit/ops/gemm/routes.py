@@ -1,0 +1,155 @@
+"""Torch's own function for the GEMM calls whose tuned answer is torch's own kernels.
+
+Most GEMM signatures of a model tune to torch's kernel (``torch_mm`` / ``torch_addmm``: cuBLAS on a
+GPU). For those, tunekit's general path only adds host time: its form checks, a params object and
+its cache key, and under autograd a Python autograd Function whose backward builds params again for
+each of its GEMMs. A host-bound model step pays that on every layer, and can end up slower than
+torch (``benchmarks/results/model_step-gemm_patched-NVIDIA_H200.md``: 0.82x with every GEMM on
+torch's kernel).
+
+A *route* hands such a call to torch's own function. For each public form (linear, mm, addmm, bmm,
+baddbmm, matmul) a ``GemmRoute`` (``backends/fast_gemm.cpp``) reads the call's layout key in C++ and,
+where this module's table routes the key, calls torch's function from C++: torch's result, torch's
+autograd node, torch's host time. The general path fills the table (:func:`learn`): a key is routed
+when the decisions for every GEMM the call makes are the ops' defaults: the forward's, and, when
+autograd records the call, those of the GEMMs its backward runs. tunekit's backward
+(:class:`~tunekit.ops.gemm.autograd.GemmFunction`) would run those same default kernels, as torch's
+backward does. The backward's incoming gradient is predicted to be laid out like the output (a fresh
+contiguous tensor: what autograd passes but in unusual graphs); a backward that gets another layout
+still runs torch's kernels: correct, and what tunekit runs untuned.
+
+A key whose decisions include another candidate is never routed. One whose decisions are not all
+made yet (tuning spread over calls, a backward not run yet) is looked at again on its 2nd, 4th,
+8th, ... 64th general-path call and every 64th after: a call whose backward never runs (or always
+gets a gradient of another layout) pays for a lookup on one call in 64, not on every call.
+The table is per settings (``cache_id``, as choices are) and is dropped whenever the ``mm`` or
+``addmm`` op drops choices (``TunableOp.on_forget``). Without the C++ extension (not buildable, or
+``TUNEKIT_FAST_CALL=0``) nothing is routed; until it is built (on a worker, at the first GEMM call)
+neither.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .autograd import backward_operands
+from .checks import needs_grad
+from .op import addmm_op, mm_op
+from .params import AddmmParams, GemmParams
+from ...backends import fast_gemm
+from ...tunable import context
+
+__all__ = ["FORMS", "learn", "ready", "routed_keys", "forget", "verdict", "products", "linear", "mm", "addmm", "bmm", "baddbmm", "matmul"]
+
+#: the public forms, in the order of fast_gemm.cpp's form codes
+FORMS = ("linear", "mm", "addmm", "bmm", "baddbmm", "matmul")
+
+_routes: dict = {}  # {settings.cache_id: {key: True (routed) / False (never)}}: the C++ routes read it
+_tries: dict = {}  # {(cache_id, key): general-path calls that found it undecided}
+_started = threading.Lock()
+#: an undecided key is looked at on its 1st, 2nd, 4th ... calls up to this one, then on every this-th
+RETRY_EVERY = 64
+_loading = []
+
+
+class _Unrouted:
+    """A form's route before (or without) the C++ extension: no call is routed, no key is read."""
+
+    def __call__(self, *operands):
+        return None
+
+    def key(self, *operands):
+        return None
+
+
+linear = mm = addmm = bmm = baddbmm = matmul = _Unrouted()
+
+
+def _install(module) -> None:
+    """Put the C++ routes in place of the unrouted ones (from the build worker)."""
+    types = (torch.Tensor, torch.nn.Parameter)
+    made = {form: module.GemmRoute(code, _routes, context._current, context, types) for code, form in enumerate(FORMS)}
+    globals().update(made)
+
+
+def forget() -> None:
+    """Drop every routed and refused key (the ops dropped their choices)."""
+    _routes.clear()
+    _tries.clear()
+
+
+mm_op.on_forget.append(forget)
+addmm_op.on_forget.append(forget)
+
+
+def routed_keys(s: context.TuningSettings | None = None) -> dict:
+    """{key: routed?} for the settings (the current ones by default): what the table holds (tests)."""
+    return dict(_routes.get((s or context.current()).cache_id, {}))
+
+
+def verdict(products, s) -> bool | None:
+    """True when every ``(op, params)`` is decided for the op's default, False when one is decided
+    for another candidate, None while one is undecided."""
+    undecided = False
+    for op, params in products:
+        r = op.decision(params, s)
+        if r is None:
+            undecided = True
+        elif r.candidate is not op.default:
+            return False
+    return None if undecided else True
+
+
+def products(c, a, b, dz, weight: bool = False) -> list:
+    """The GEMMs of ``c + a @ b`` (``weight``: ``a @ b.T``) as ``(op, params)``: the forward, and
+    when autograd records it the backward's, for an incoming gradient laid out as ``dz``."""
+    B = b.mT if weight else b
+    done = [(mm_op, GemmParams(a, B)) if c is None else (addmm_op, AddmmParams(c, a, B))]
+    if needs_grad(c, a, b):
+        pairs = backward_operands(dz, a, b, weight, a.requires_grad, b.requires_grad)
+        done += [(mm_op, GemmParams(x, y)) for x, y in pairs]
+    return done
+
+
+def learn(route, operands: tuple, plan) -> None:
+    """After the general path ran a call of ``route``'s form on ``operands``: route its key or refuse
+    it once its GEMMs are decided (``plan()``: their :func:`products`)."""
+    if not _loading:
+        _start()
+    key = route.key(*operands)
+    if key is None:
+        return
+    s = context.current()
+    if not s.enabled:
+        return
+    table = _routes.setdefault(s.cache_id, {})
+    if key in table:
+        return
+    tries = _tries[(s.cache_id, key)] = _tries.get((s.cache_id, key), 0) + 1
+    if tries % RETRY_EVERY if tries > RETRY_EVERY else tries & (tries - 1):  # 1st, 2nd, 4th ... 64th, 128th, 192nd ...
+        return
+    found = verdict(plan(), s)
+    if found is not None:
+        table[key] = found
+        _tries.pop((s.cache_id, key), None)
+
+
+def _start() -> None:
+    with _started:
+        if _loading:
+            return
+        _loading.append(True)
+    fast_gemm.when_loaded(_install)
+
+
+def ready() -> bool:
+    """Build the C++ routes if need be and put them in place now, waiting (tests and benchmarks, which
+    must not depend on when a build finishes); whether they are in place."""
+    with _started:
+        _loading.append(True)
+    module = fast_gemm.load()
+    if module is not None:
+        _install(module)
+    return module is not None
