@@ -15,13 +15,16 @@ if not torch.cuda.is_available():
     # module is imported (tunekit imports it lazily, at a Triton candidate's first use).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from tunekit.backends import fast_grad
 from tunekit.ops.gemm import routes
 from tunekit.tunable import context, registry, stores
 
-# The GEMM family's C++ routes to torch's functions (tunekit/ops/gemm/routes.py) are in place before any
-# test runs (built here if need be, ~15 s once per machine), so which calls are routed never depends
-# on when a background build finishes.
+# The GEMM family's C++ routes to torch's functions (tunekit/ops/gemm/routes.py) and the activations'
+# C++ autograd nodes (tunekit/ops/_shared/grad_call.py) are built before any test runs (here if need
+# be, ~15 s each once per machine), so which path a call takes never depends on when a background
+# build finishes.
 routes.ready()
+fast_grad.load()
 
 
 def pytest_collection_modifyitems(config, items):

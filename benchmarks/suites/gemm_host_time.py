@@ -5,7 +5,8 @@ path: its checks, params and autograd Function; measured in a child process with
 ``TUNEKIT_FAST_CALL=0``, which leaves the routes unbuilt).
 
 Each figure is the median over 15 repeats of (wall time of N back-to-back calls) / N after warm-up
-(so every signature is decided and routed where it will be), torch's and tunekit's repeats
+until no tunekit op is tuning (so every signature is decided and routed where it will be; on a GPU the
+float32 Triton candidates compile for seconds first), torch's and tunekit's repeats
 interleaved; on CUDA one synchronisation ends each repeat. Run: ``PYTHONPATH=src python benchmarks/suites/gemm_host_time.py [--device cuda] [--out DIR]``.
 """
 
@@ -15,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -27,27 +27,31 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import tunekit  # noqa: E402
+from tunekit.bench.measure import host_us_per_call  # noqa: E402
 from tunekit.ops.gemm import routes  # noqa: E402
+from tunekit.tunable.registry import all_ops  # noqa: E402
+
+
+def settle(fn, limit_s: float = 120.0) -> int:
+    """Call ``fn`` until no tunekit op is tuning (its compiles run on worker threads, which a busy
+    caller slows: a short pause every 50 calls lets them on), at most ``limit_s``; the calls made."""
+    calls, start = 0, time.perf_counter()
+    while calls < 300 or (any(op.sessions_in_progress() for op in all_ops()) and time.perf_counter() - start < limit_s):
+        fn()
+        calls += 1
+        if calls % 50 == 0:
+            time.sleep(0.002)
+    for _ in range(3):  # one more call each way: keys decided by the last tuning are routed
+        fn()
+    return calls
 
 
 def per_call_us(fns, device, calls=3000, repeats=15) -> list[float]:
-    """Median host µs per call of each of ``fns``, their repeats interleaved (a slow stretch of the
-    host falls on all of them alike)."""
+    """Median host µs per call of each of ``fns`` once nothing is tuning, their repeats interleaved."""
     for fn in fns:
-        for _ in range(300):
-            fn()
-    samples = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, out in zip(fns, samples):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            out.append((time.perf_counter() - t0) / calls * 1e6)
-    return [statistics.median(s) for s in samples]
+        settle(fn)
+    times = host_us_per_call(dict(enumerate(fns)), device, calls=calls, repeats=repeats)
+    return [times[i] for i in range(len(fns))]
 
 
 def cases(device, dtype):

@@ -94,7 +94,8 @@ def step(model, ids) -> torch.Tensor:
 
 @contextmanager
 def counting_tunekit_calls():
-    """Counts candidate runs per op (every tunekit call ends in one) while the block runs."""
+    """Counts tunekit calls per op while the block runs: candidate runs (the general path) and cached
+    runners run by the op's fast call (the no-grad fast path, and the C++ autograd path's forward)."""
     counts = {op: 0 for op in OPS}
     saved = []
     for op in OPS:
@@ -105,13 +106,23 @@ def counting_tunekit_calls():
                 counts[op] += 1
                 return run(params)
 
-            saved.append((candidate, run))
+            saved.append((candidate, "run", run, spy))
             candidate.run = spy
+        fast_call = get_op(op).fast_call
+
+        def fast_spy(*args, fast_call=fast_call, op=op):
+            y = fast_call(*args)
+            counts[op] += y is not None
+            return y
+
+        saved.append((get_op(op), "fast_call", fast_call, fast_spy))
+        get_op(op).fast_call = fast_spy
     try:
         yield counts
     finally:
-        for candidate, run in saved:
-            candidate.run = run
+        for owner, name, value, spy in saved:
+            if getattr(owner, name) is spy:  # not replaced meanwhile (an op installs its C++ fast call once built)
+                setattr(owner, name, value)
 
 
 class Timer:

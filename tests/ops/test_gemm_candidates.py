@@ -53,10 +53,10 @@ def test_every_configuration(index):
 def test_every_candidate_of_both_ops_is_listed():
     names = {TritonGemm(*c).name for c in CONFIGS}
     assert len(names) == len(CONFIGS) >= 40
-    for op in (mm_op, addmm_op):
-        assert op.default.name in ("torch_mm", "torch_addmm")
-        assert {c.name for c in op.candidates[1:]} == names
-    assert mm_op.candidates[1] is not addmm_op.candidates[1]  # each op its own objects
+    for op, torch_own in ((mm_op, {"torch_mm"}), (addmm_op, {"torch_addmm", "torch_addmm_epilogue"})):
+        assert op.default is op.candidates[0] and op.default.name in torch_own
+        assert {c.name for c in op.candidates} == names | torch_own
+    assert mm_op.candidate(TritonGemm(*CONFIGS[0]).name) is not addmm_op.candidate(TritonGemm(*CONFIGS[0]).name)  # each op its own
 
 
 # -- epilogues ------------------------------------------------------------------------------------

@@ -172,18 +172,30 @@ def test_verdict_routes_only_when_every_gemm_is_decided_for_its_default(decision
     assert routes.verdict([(FakeOp(d), None) for d in decisions], None) is expected
 
 
-def test_a_key_left_undecided_is_looked_at_on_calls_1_2_4_to_64_then_every_64th():
-    looked = []
+def test_a_key_left_undecided_is_looked_at_again_only_after_a_new_gemm_decision(monkeypatch):
+    looked, decided = [], {"count": 0}
+    monkeypatch.setattr(mm_op, "decisions", lambda s: decided["count"])
+    monkeypatch.setattr(addmm_op, "decisions", lambda s: 0)
 
     class Route:
         def key(self, *operands):
             return b"k"
 
-    for call in range(1, 300):
-        routes.learn(Route(), (), lambda call=call: looked.append(call) or [(FakeOp(None), None)])
-    assert looked == [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]
-    routes.learn(Route(), (), lambda: [(FakeOp("triton"), None)])  # a decision at last: call 300 is not looked at
-    assert routes.routed_keys() == {}
+    def call(n, decision=None):
+        routes.learn(Route(), (), lambda: looked.append(n) or [(FakeOp(decision), None)])
+
+    for n in range(1, 100):
+        call(n)
+    assert looked == [1]  # nothing was decided meanwhile: no lookup on calls 2-99
+    decided["count"] = 1  # some GEMM signature was decided
+    call(100)
+    call(101)
+    assert looked == [1, 100]
+    decided["count"] = 2
+    call(102, decision="default")
+    assert routes.routed_keys() == {b"k": True}
+    call(103)  # routed keys are never looked at again
+    assert looked == [1, 100, 102]
 
 
 def test_a_key_decided_for_another_candidate_is_never_routed(monkeypatch, general_calls):

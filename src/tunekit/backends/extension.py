@@ -25,6 +25,7 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
 from . import cache
@@ -35,7 +36,7 @@ try:
 except ImportError:  # not POSIX: builders in other processes are not excluded (renames stay atomic)
     fcntl = None
 
-__all__ = ["compiler", "build", "load", "verify", "load_or_reason", "once"]
+__all__ = ["compiler", "build", "load", "verify", "load_or_reason", "once", "when_loaded_by"]
 
 _HASH_SUFFIX = ".sha256"
 
@@ -196,3 +197,28 @@ def once(fn):
     memo.cache_clear = value.clear
     memo.done = lambda: bool(value)
     return memo
+
+
+def when_loaded_by(loader, thread_name: str):
+    """``when_loaded(install)`` for the extension ``loader`` (a :func:`once` function giving
+    ``(module, why not)``): ``install(module)`` now if it is loaded, else from one worker thread of its
+    own (named ``thread_name``) that builds and loads it; never when it cannot be built. Calls never
+    wait for a build."""
+    started, pool = threading.Lock(), []
+
+    def when_loaded(install) -> None:
+        if loader.done():
+            module = loader()[0]
+            if module is not None:
+                install(module)
+            return
+        with started:
+            if not pool:
+                pool.append(ThreadPoolExecutor(1, thread_name_prefix=thread_name))
+
+        def build_then_install():
+            module = loader()[0]
+            if module is not None:
+                install(module)
+        pool[0].submit(build_then_install)
+    return when_loaded

@@ -14,18 +14,12 @@ on a worker thread at the first GEMM call, never waited for.
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
-
 from . import extension
 from .fast_call import _flags
 
 __all__ = ["build", "load", "loaded", "unavailable", "when_loaded"]
 
 _MODULE = "tunekit_fast_gemm"
-_started = threading.Lock()
-_pool: list = []
 
 
 def build(directory=None, rebuild: bool = False) -> str:
@@ -53,20 +47,6 @@ def loaded():
     return load() if _load.done() else None
 
 
-def when_loaded(install: Callable[[object], None]) -> None:
-    """``install(module)`` once the extension is loaded: now if it is, else from this module's one
-    worker thread, which builds it; never when it cannot be built."""
-    if _load.done():
-        if load() is not None:
-            install(load())
-        return
-    with _started:
-        if not _pool:
-            _pool.append(ThreadPoolExecutor(1, thread_name_prefix="tunekit-fast-gemm-build"))
-        pool = _pool[0]
-
-    def build_then_install():
-        module = load()
-        if module is not None:
-            install(module)
-    pool.submit(build_then_install)
+#: ``when_loaded(install)``: ``install(module)`` once the extension is loaded: now if it is, else from this
+#: module's one worker thread, which builds it; never when it cannot be built
+when_loaded = extension.when_loaded_by(_load, "tunekit-fast-gemm-build")

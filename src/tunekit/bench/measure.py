@@ -9,6 +9,7 @@ timers and input rotation under a budget; this module measures every candidate t
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -17,7 +18,7 @@ from ..tunable.params import make_trial
 from ..tunable.screen import Budget, input_sets, screen
 from ..tunable.timing import make_timer
 
-__all__ = ["CandidateTiming", "measure_candidates", "copy_bandwidth", "time_callable", "versions"]
+__all__ = ["CandidateTiming", "measure_candidates", "copy_bandwidth", "time_callable", "host_us_per_call", "versions"]
 
 
 @dataclass
@@ -52,6 +53,23 @@ def time_callable(fn, device: torch.device, *, repeats: int = 20, graph: bool = 
     samples = [measure() for _ in range(repeats)]
     med = statistics.median(samples)
     return med, (max(samples) - min(samples)) / med if med > 0 else 0.0
+
+
+def host_us_per_call(fns: dict, device: torch.device, *, calls: int = 2000, repeats: int = 11) -> dict:
+    """{name: median host us per call} of each of ``fns`` (name -> a callable of no arguments), as wall
+    time of ``calls`` back-to-back calls over ``calls``, one synchronisation ending each repeat on
+    CUDA; the functions' repeats interleaved, so a slow stretch of the host falls on all of them
+    alike. Warm them up first (tuned, cached): this times what it is given."""
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            _sync(device)
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def _first_values(outputs) -> list[float]:

@@ -33,6 +33,7 @@ from ._shared.arguments import (TORCH, check_float_tensor, check_gradient_pair, 
 from ._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
 from ._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
 from ._shared.family import OpFamily, PatchTarget
+from ._shared.grad_call import GradCall
 from ..tunable.context import captured, inherited
 from ..tunable.registry import register
 
@@ -155,7 +156,8 @@ def silu(input: torch.Tensor, inplace: bool = False, *, out: torch.Tensor | None
             return _F_silu(input)
         if not (input.requires_grad and _grad_enabled()):
             return _silu_call(SiluParams(input))
-        return SiluFunction.apply(input)
+        y = _silu_grad_call.call(input)  # the runner and a C++ grad_fn (_shared/grad_call.py), or None
+        return y if y is not None else SiluFunction.apply(input)
     if inplace and out is not None:
         raise ValueError("tunekit.silu: pass either out= or inplace=True, not both")
     if not computes(input) or (input.requires_grad and _grad_enabled()):
@@ -190,6 +192,7 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 swish = silu
+_silu_grad_call = GradCall(silu_op, silu_backward, "SiluFunctionBackward")
 
 
 # -- torch.library: tunekit::silu, tunekit::silu_backward (ops/_shared/custom_ops.py says why) -------

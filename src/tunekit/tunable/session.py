@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import statistics
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -39,6 +37,7 @@ from .context import TuningSettings
 from .entries import CandidateRecord
 from .host_time import prefer_less_host_time
 from .params import OpParams, make_trial
+from .preparations import Preparations
 from .screen import check, input_sets, reference, supports
 from .timing import Timer, make_timer
 
@@ -53,22 +52,6 @@ DECISIVE = 1.25
 #: few, so one slow piece (a first launch) does not shorten every later call's share
 UNIT_WINDOW = 3
 _WAIT = object()  # yielded when every remaining check waits for a background preparation
-
-_pool: ThreadPoolExecutor | None = None
-
-
-#: worker threads for preparations: compilers release the GIL (NVRTC) or run as subprocesses
-#: (Triton's ptxas), so a few compile at once; the caller's thread keeps one core
-PREPARE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
-
-
-def preparer() -> ThreadPoolExecutor:
-    """The worker threads for every op's preparations (compiles), off the caller's thread."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=PREPARE_WORKERS, thread_name_prefix="tunekit-prepare")
-    return _pool
-
 
 @dataclass
 class TuningReport:
@@ -120,7 +103,10 @@ class TuningSession:
         self.incumbent = incumbent if incumbent is not None else op.default
         self.report: TuningReport | None = None
         self.checked = 0
-        self._futures: dict[str, Future] = {}
+        self.preparations = Preparations()
+        self.deferred: set[str] = set()  # candidates an online session leaves to offline tuning
+        self.seen_prepared = 0  # preparations.finished when _check_all last looked for a ready candidate
+        self._parked_at: int | None = None  # seen_prepared when advance last stopped to wait for one
         self._steps = self._work()
         self._units: collections.deque[float] = collections.deque(maxlen=UNIT_WINDOW)  # recent pieces' s
         self.waited_ms = 0.0
@@ -134,6 +120,7 @@ class TuningSession:
         one piece past its share (20.2-22 ms for a 20 ms share, measured on the H200)."""
         if self.report is not None:
             return True
+        self._parked_at = None
         end = self.clock() + step_ms / 1e3
         self.budget.resume()
         try:
@@ -152,6 +139,13 @@ class TuningSession:
         finally:
             self.budget.pause()
 
+    def parked(self) -> bool:
+        """Whether the last :meth:`advance` stopped because every remaining piece of work waits for a
+        background preparation, and none has finished since: a call now could only run the
+        incumbent, so the op's call path runs it without resuming the session (resuming to find
+        nothing ready cost ~50 us per call, 4-5x a small GEMM's whole host time, H200 host)."""
+        return self._parked_at is not None and self._parked_at == self.preparations.finished
+
     def run(self) -> TuningReport:
         """The whole session in this call (find_fastest)."""
         self.advance(math.inf)
@@ -162,15 +156,16 @@ class TuningSession:
         a call with a finite share returns at once (False) instead: waiting would only delay the
         caller (the preparation runs on its worker either way), so the call runs the incumbent and a
         later call checks the candidate once it is ready."""
-        pending = [f for f in self._futures.values() if not f.done()]
-        if not pending:
+        pending = self.preparations.first_pending()
+        if pending is None:
             return True
         if step_ms != math.inf:
+            self._parked_at = self.seen_prepared
             return False
         self.budget.pause()
         start = self.clock()
         try:
-            pending[0].exception()
+            pending.exception()
             return True
         finally:
             self.waited_ms += (self.clock() - start) * 1e3
@@ -207,8 +202,10 @@ class TuningSession:
         self._decide(survivors, times, rounds >= MIN_ROUNDS)
 
     def _screen_support(self):
-        """Candidates that can run these params (records for the rest); their preparation starts."""
-        supported = []
+        """Candidates that can run these params (records for the rest); their preparation starts. An
+        online session prepares at most the op's ``online_preparations`` candidates, the first worth
+        trying in the op's order (best first): see :mod:`tunekit.tunable.preparations`."""
+        supported, cap = [], self.op.online_preparations if self.background else None
         for c in self.op.candidates:
             if c is self.op.default:
                 continue
@@ -216,24 +213,32 @@ class TuningSession:
             if why:
                 self.records[c.name] = CandidateRecord("unsupported", reason=why)
                 continue
-            supported.append(c)
             prepare = getattr(c, "prepare", None)
             if self.background and prepare is not None:
-                self._futures[c.name] = preparer().submit(prepare, self.trial)
+                if cap is not None and len(self.preparations) >= cap:
+                    self.records[c.name] = CandidateRecord("skipped", reason=f"online tuning compiles the first {cap} "
+                                                           "candidates worth trying; offline tuning tries every one")
+                    self.deferred.add(c.name)
+                    continue
+                self.preparations.start(c.name, prepare, self.trial)
+            supported.append(c)
         return supported
 
     def _check_all(self, supported, expected, survivors):
         """Each candidate checked, then probed, as its preparation allows; a decisive one becomes the incumbent."""
         pending = list(supported)
         while pending:
-            c = next((c for c in pending if c.name not in self._futures or self._futures[c.name].done()), None)
+            if self.budget.left_ms() <= 0:  # the rest are never checked: no wait for them, no worker compiles them
+                for c in pending:
+                    self.records[c.name] = CandidateRecord("skipped", reason="tuning budget exhausted")
+                    self.preparations.cancel(c.name)
+                return
+            self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
+            c = next((c for c in pending if self.preparations.ready(c.name)), None)
             if c is None:
                 yield _WAIT
                 continue
             pending.remove(c)
-            if self.budget.left_ms() <= 0:
-                self.records[c.name] = CandidateRecord("skipped", reason="tuning budget exhausted")
-                continue
             rejected = check(c, make_trial(self.trial), expected, self.agree)
             self.checked += 1
             if rejected:
@@ -320,8 +325,8 @@ class TuningSession:
         return self._prepared(c, max(self.reps, min(1000, math.ceil(target_ms / self.per_pass))))
 
     # -- the choice ---------------------------------------------------------------------------------
-    def _screened(self) -> bool:
-        return not any(r.status == "skipped" for r in self.records.values())
+    def _screened(self) -> bool:  # every candidate considered (those deferred to offline tuning by design)
+        return not any(r.status == "skipped" and name not in self.deferred for name, r in self.records.items())
 
     def _decide(self, survivors, times: dict[str, float], rounds_done: bool) -> None:
         """The margin rule on the rounds' medians when they completed, else the decisive rule on what
@@ -355,6 +360,7 @@ class TuningSession:
         return CandidateRecord("slower", time_ms=t, reason=why)
 
     def _finish(self, choice: str, complete: bool) -> TuningReport:
+        self.preparations.cancel()  # the choice is made: what has not started compiling never will
         self.incumbent = self.op.candidate(choice)
         self.report = TuningReport(choice, complete, self.records, self.budget.spent_ms())
         return self.report

@@ -35,7 +35,7 @@ import threading
 
 from .entries import Entry, from_csv, load_rows, read_csv
 from .errors import ResultsImportError
-from .session import preparer
+from .preparations import preparer
 
 __all__ = ["SHIPPED_DIR", "file_for", "shipped_entry", "problems", "entries_for", "forget_files", "start_preparing",
            "preparation_problem", "PENDING", "Preparation", "stand_in", "uses_triton", "STAND_IN_AFTER_MS"]

@@ -13,7 +13,8 @@ one signature tune once, and tuning runs never overlap each other's timings):
 1. a choice already made in this process for the same signature;
 2. a valid stored entry for (op, signature, device), else a shipped one (:mod:`tunekit.tunable.shipped`:
    prepared on a worker while a stand-in or the default runs);
-3. tuning on, not capturing a CUDA graph -> :func:`find_fastest`, store the entry, run the winner;
+3. tuning on, not capturing a CUDA graph -> a tuning session, spread over calls (its incumbent runs
+   meanwhile, from the cache while the session waits for compiles), then the entry is stored;
 4. otherwise the default, and the signature is recorded as untuned when ``record_untuned`` is on.
    During graph capture nothing is cached, so the first eager call after capture still tunes.
 """
@@ -30,7 +31,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import context, fast_path, shipped, validators
+from . import context, fast_path, preparations, shipped, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
 from .session import TuningSession
@@ -58,16 +59,14 @@ def use_decider(decider):
 
 
 def current_decider():
-    """The decider :func:`use_decider` set, or None."""
-    return _decider
+    return _decider  # the decider use_decider set, or None
 
 
 #: device types whose signatures are tuned and stored; others run the default
 TUNED_DEVICES = ("cpu", "cuda")
 
 
-class _SessionContext(NamedTuple):
-    """What storing a session's entry needs, fixed when the session starts."""
+class _SessionContext(NamedTuple):  # what storing a session's entry needs, fixed when the session starts
     signature: str
     device_name: str
     store: object
@@ -83,7 +82,7 @@ class Resolution:
     signature: str
     device: str
     entry: Entry | None = None
-    cache: bool = True  # False: decide again next call (graph capture)
+    cache: bool = True  # False: decide again next call (graph capture, tuning in progress)
 
 
 class TunableOp:
@@ -107,13 +106,14 @@ class TunableOp:
         self.candidates: list = []
         self.default = None
         self._by_name: dict[str, object] = {}
-        # settings.cache_id -> {cache_key: candidate}; settings.cache_id -> {signature: Resolution}
-        self._choices: dict[tuple, dict] = {}
-        self._decided: dict[tuple, dict[str, Resolution]] = {}
+        self._choices: dict[tuple, dict] = {}  # cache_id -> {cache_key: candidate (or preparations.ParkedChoice)}
+        self._decided: dict[tuple, dict[str, Resolution]] = {}  # cache_id -> {signature: Resolution}
         self._runners: dict[tuple, dict] = {}  # cache_id -> {cache_key: runner} (fast form only)
         self._sessions: dict[tuple, TuningSession] = {}  # (cache_id, signature) -> a tuning over calls
         self._preparing: dict[tuple, shipped.Preparation] = {}  # (cache_id, signature) -> a shipped choice compiling
         self._hashes: dict[str, str] | None = None  # the candidates' source hashes, until one is added
+        #: the most candidates with a compile (``prepare``) an online session tries (None: all; preparations.py)
+        self.online_preparations: int | None = None
         #: called whenever choices are dropped (forget, forget_untuned): caches derived elsewhere go too
         self.on_forget: list[Callable[[], None]] = []
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
@@ -150,17 +150,18 @@ class TunableOp:
         return self._tolerance(params) if self._tolerance else tolerance(getattr(params, params.inputs[0]).dtype)
 
     def numerics(self, params: OpParams) -> Callable[[tuple, tuple], str | None]:
-        """The numerical check for ``params``: ``check(outputs, expected)`` -> None when a candidate's
-        outputs agree with the default's, else why not. By default :func:`numerics.compare` of each
-        output with the op's :meth:`tolerance`; an op may give its own rule (``numerics=``, e.g. a
-        GEMM bound that grows with K, against a reference of its own)."""
+        """The numerical check for ``params``: ``check(outputs, expected)`` -> None when a candidate's outputs agree
+        with the default's, else why not. By default :func:`numerics.compare` of each output with the op's
+        :meth:`tolerance`; an op may give its own rule (``numerics=``: a GEMM bound that grows with K)."""
         if self._numerics is None:
             return compare_all(self.tolerance(params))
         return lambda got, expected: self._numerics(params, got, expected)
 
     def forget(self) -> None:
-        """Drop in-memory choices (stored results stay)."""
+        """Drop in-memory choices and sessions (stored results stay)."""
         with TUNING_LOCK:
+            for session in self._sessions.values():  # its compiles not started are not needed any more
+                session.preparations.cancel()
             for memo in (self._choices, self._decided, self._runners, self._sessions, self._preparing):
                 memo.clear()
             self._hashes = None
@@ -184,11 +185,8 @@ class TunableOp:
             s = get_settings() or context._defaults
             if s.enabled:
                 choices = choices_by_settings.get(s.cache_id)
-                if choices is not None:
-                    c = choices.get(params.cache_key())
-                    if c is not None:
-                        return c.run(params)
-                return miss(params, s).run(params)
+                c = choices.get(params.cache_key()) if choices is not None else None
+                return (c if c is not None else miss(params, s)).run(params)
             return self.default.run(params)
 
         return call
@@ -197,13 +195,15 @@ class TunableOp:
         with TUNING_LOCK:
             choices = self._choices.setdefault(s.cache_id, {})
             key = params.cache_key()
-            c = choices.get(key)
-            if c is not None:
-                return c
+            if choices.get(key) is not None:
+                return choices[key]
             r = self.resolve(params, s)
             if r.cache:
                 choices[key] = r.candidate
                 self._add_runner(s, key, params, r.candidate)
+            else:  # a session waiting for compiles: its incumbent runs with no resolve until one is ready
+                session = self._sessions.get((s.cache_id, r.signature))
+                preparations.park(session, choices, key, functools.partial(self._miss, s=s))
             return r.candidate
 
     def _add_runner(self, s, key, params: OpParams, c) -> None:
@@ -257,17 +257,18 @@ class TunableOp:
         with TUNING_LOCK:
             return self._decided.get(s.cache_id, {}).get(params.signature())
 
+    def decisions(self, s: context.TuningSettings) -> int:  # signatures decided under s: grows until forget
+        return len(self._decided.get(s.cache_id, ()))
+
     def sessions_in_progress(self) -> int:  # signatures tuning now, spread over calls (any settings)
-        with TUNING_LOCK:
-            return len(self._sessions)
+        return len(self._sessions)  # one read of a dict's size: atomic, no lock needed
 
     def tuning_in_progress(self, params: OpParams, s: context.TuningSettings | None = None) -> bool:
-        """Whether a tuning session for ``params``' signature is under way (spread over calls)."""
-        return self.in_effect(params, s)[1]
+        return self.in_effect(params, s)[1]  # a tuning session for params' signature under way (over calls)
 
     def in_effect(self, params: OpParams, s: context.TuningSettings | None = None) -> tuple[object, bool]:
-        """(the candidate the next call of ``params``' signature runs if nothing new is learnt, whether its
-        tuning or preparation is under way): the decision, a session's incumbent or stand-in, else the default."""
+        """(what the next call of ``params``' signature runs if nothing new is learnt, whether its tuning or
+        preparation is under way): the decision, a session's incumbent or stand-in, else the default."""
         s = s or context.current()
         signature = params.signature()
         with TUNING_LOCK:
@@ -281,9 +282,9 @@ class TunableOp:
             return (preparing.meanwhile() or self.default, True) if preparing else (self.default, False)
 
     def decide_here(self, params, s, signature, device, device_name, *, incremental: bool = True) -> Resolution:
-        """Decide a signature met for the first time, in this process: a valid stored entry, else a
-        valid shipped one (pre-tuned for this GPU model), else tuning (when the settings allow it and
-        no graph is being captured), else the default. ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
+        """Decide a signature met for the first time, in this process: a valid stored entry, else a valid shipped
+        one (pre-tuned for this GPU model), else tuning (when the settings allow it and no graph is being captured),
+        else the default. ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         store = results_store(s.results)
         if self._hashes is None:  # hashing every candidate's source took 0.3-2.6 ms per new signature
@@ -396,5 +397,4 @@ class TunableOp:
                 self._forgotten()
 
     def __repr__(self) -> str:
-        names = ", ".join(c.name + ("*" if c is self.default else "") for c in self.candidates)
-        return f"<TunableOp {self.name}: {names}>"
+        return f"<TunableOp {self.name}: {', '.join(c.name + ('*' if c is self.default else '') for c in self.candidates)}>"

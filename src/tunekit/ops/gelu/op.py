@@ -9,6 +9,7 @@ from .._shared.arguments import (APPROXIMATIONS, TORCH, check_approximate, check
                                  computes, elementwise_destination, elementwise_target, traced_computes)
 from .._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
 from .._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
+from .._shared.grad_call import GradCall
 from ...tunable.context import captured, inherited
 from ...tunable.numerics import tolerance
 from ...tunable.params import with_arguments
@@ -181,7 +182,8 @@ def gelu(input: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | 
             return _gelu(input, approximate=approximate)
         if not (input.requires_grad and _grad_enabled()):
             return _gelu_call(GeluParams(input, approximate))
-        return GeluFunction.apply(input, approximate)
+        y = _gelu_grad_call.call(input, approximate)  # the runner and a C++ grad_fn (_shared/grad_call.py), or None
+        return y if y is not None else GeluFunction.apply(input, approximate)
     if inplace and out is not None:
         raise ValueError("tunekit.gelu: pass either out= or inplace=True, not both")
     if not (computes(input) and approximation(approximate)) or (input.requires_grad and _grad_enabled()):
@@ -219,6 +221,9 @@ def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") 
     if _grad_enabled() and (dy.requires_grad or x.requires_grad):
         return torch_gelu_backward(params)
     return _gelu_backward_call(params)
+
+
+_gelu_grad_call = GradCall(gelu_op, gelu_backward, "GeluFunctionBackward")
 
 
 # -- torch.library: tunekit::gelu, tunekit::gelu_backward (ops/_shared/custom_ops.py says why) -------

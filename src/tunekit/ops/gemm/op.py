@@ -2,8 +2,9 @@
 
 ``mm`` (:class:`GemmParams`: mm, bmm, matmul, linear without bias, the fused linear's product, every
 backward GEMM) and ``addmm`` (:class:`AddmmParams`: addmm, addmm_, baddbmm, linear with a bias).
-Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), then the Triton configurations
-(``triton_candidates.py``), checked by the GEMM numerical check (``numerics.py``).
+Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), for addmm torch's fused epilogue
+(``torch_addmm_epilogue``), then the Triton configurations (``triton_candidates.py``), checked by the
+GEMM numerical check (``numerics.py``).
 
 cuBLASLt algorithms through ``nvmath-python`` are not a candidate yet (nvmath is not installed where
 tunekit runs); ``docs/gemm.md`` says where it would go.
@@ -15,12 +16,15 @@ import torch
 
 from .numerics import check_gemm
 from .params import AddmmParams, GemmParams
-from .torch_candidates import torch_addmm, torch_mm
+from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
 from ...tunable.registry import register
 from ...tunable.tunable_op import TunableOp
 
-__all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of"]
+__all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of", "ONLINE_PREPARATIONS"]
+
+#: Triton configurations an online tuning session compiles per GEMM signature (tunable/preparations.py)
+ONLINE_PREPARATIONS = 4
 
 
 def mnk_of(shape) -> tuple[int, int, int, int | None]:
@@ -78,6 +82,10 @@ mm_op.add(torch_mm, default=True)
 addmm_op = register(TunableOp("addmm", AddmmParams, make_params=_make_addmm_params, make_example=make_addmm_example,
                               numerics=check_gemm))
 addmm_op.add(torch_addmm, default=True)
+addmm_op.add(torch_addmm_epilogue, supports=epilogue_support)
 for _op in (mm_op, addmm_op):
     for _c in triton_candidates():
         _op.add(_c)
+    # Online, a signature compiles its first 4 Triton configurations worth trying (CONFIGS is best first per
+    # shape class: the winners measured on H100 / H200 lead each kind); `tunekit tune` compiles all forty.
+    _op.online_preparations = ONLINE_PREPARATIONS

@@ -1,0 +1,112 @@
+"""A tuning session's background preparations (compiles), and what an op's choice cache holds while a
+session can do nothing but wait for them.
+
+A candidate's ``prepare(params)`` (compile and load its kernel, never a launch) runs on a worker
+thread so that no call waits 0.1-1 s for a compile (``tunable/session.py``). Two things follow:
+
+- While every remaining check waits for a preparation, a call that resumes the session finds
+  nothing to do, yet paid for the op's resolve path (the signature, the lock, the session): ~50 us
+  per call on the H200 host, 4-5x a small GEMM's whole host time, for the seconds that forty Triton
+  configurations take to compile. Such a session is *parked*: the op caches a :class:`ParkedChoice`
+  that runs the incumbent directly until a preparation finishes (a count the workers' callbacks
+  keep), then hands the call back to the resolve path.
+- Preparations the session will never check (its choice is made, or its budget ran out) are
+  cancelled if they have not started: a worker left compiling after the choice takes the caller's
+  GIL for nothing.
+- An op may cap how many candidates an online session compiles (``TunableOp.online_preparations``):
+  the first ones worth trying, in the op's order (best first); the rest are recorded as skipped for
+  offline tuning (``tunekit tune``, which compiles every one), and the entry still counts as complete.
+  Why: Triton's compiler holds the GIL for much of a compile, so compiles on worker threads slow the
+  caller's own Python. A LLaMA-style training step with the GEMMs patched met 14 GEMM signatures of
+  forty Triton configurations each; its compiles kept the step at 0.74x torch's for 200 steps (H100),
+  and the signatures undecided.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
+
+__all__ = ["PREPARE_WORKERS", "preparer", "Preparations", "ParkedChoice", "park"]
+
+#: worker threads for preparations: compilers release the GIL (NVRTC) or run as subprocesses
+#: (Triton's ptxas), so a few compile at once; the caller's thread keeps one core
+PREPARE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
+
+_pool: ThreadPoolExecutor | None = None
+_count_lock = threading.Lock()
+
+
+def preparer() -> ThreadPoolExecutor:
+    """The worker threads for every op's preparations (compiles), off the caller's thread."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=PREPARE_WORKERS, thread_name_prefix="tunekit-prepare")
+    return _pool
+
+
+class Preparations:
+    """The preparations one session started, by candidate name. ``finished``: how many have ended
+    (done, failed or cancelled) so far; it only grows, so a changed count says something is ready."""
+
+    def __init__(self):
+        self._futures: dict[str, Future] = {}
+        self.finished = 0
+
+    def __len__(self) -> int:  # preparations started
+        return len(self._futures)
+
+    def start(self, name: str, prepare: Callable, params) -> None:
+        future = preparer().submit(prepare, params)
+        self._futures[name] = future
+        future.add_done_callback(self._count)
+
+    def _count(self, future: Future) -> None:  # a worker's callback; the lock: no increment lost
+        with _count_lock:
+            self.finished += 1
+
+    def ready(self, name: str) -> bool:
+        """Whether ``name`` can be checked now (its preparation ended, or it has none)."""
+        future = self._futures.get(name)
+        return future is None or future.done()
+
+    def first_pending(self) -> Future | None:
+        return next((f for f in self._futures.values() if not f.done()), None)
+
+    def cancel(self, name: str | None = None) -> None:
+        """Cancel ``name``'s preparation (None: every one) where it has not started."""
+        for key in [name] if name is not None else list(self._futures):
+            future = self._futures.get(key)
+            if future is not None:
+                future.cancel()
+
+
+class ParkedChoice:
+    """What an op's choice cache holds for a call key while its signature's session is parked
+    (``TuningSession.parked``): runs the incumbent with no lookup of the session; once a preparation
+    ended, drops itself and hands the call to ``miss(params)`` (the op's resolve path, which resumes
+    the session)."""
+
+    __slots__ = ("session", "choices", "key", "miss")
+
+    def __init__(self, session, choices: dict, key, miss: Callable):
+        self.session, self.choices, self.key, self.miss = session, choices, key, miss
+
+    @property
+    def name(self) -> str:
+        return self.session.incumbent.name
+
+    def run(self, params, **kwargs):
+        if self.session.parked():
+            return self.session.incumbent.run(params, **kwargs)
+        if self.choices.get(self.key) is self:
+            self.choices.pop(self.key, None)
+        return self.miss(params).run(params, **kwargs)
+
+
+def park(session, choices: dict, key, miss: Callable) -> None:
+    """Put a :class:`ParkedChoice` under ``key`` in ``choices`` when ``session`` (or None) is parked."""
+    if session is not None and session.parked():
+        choices[key] = ParkedChoice(session, choices, key, miss)
