@@ -29,9 +29,10 @@ def test_smoke_run_reports_both_models_through_tunekit(tmp_path, capsys):
     assert set(rows) == {"llama", "gpt2"}
     layers = bench.SMOKE["layers"]
     assert rows["llama"]["tunekit_calls_per_step"]["silu"] == layers
-    assert rows["llama"]["tunekit_calls_per_step"]["silu_backward"] == layers
     assert rows["gpt2"]["tunekit_calls_per_step"]["gelu"] == layers
-    assert rows["gpt2"]["tunekit_calls_per_step"]["gelu_backward"] == layers
+    # the backward: torch's own node once the forward is cached (ops/_shared/grad_call.py, built by conftest)
+    assert rows["llama"]["tunekit_calls_per_step"]["silu_backward"] == 0
+    assert rows["gpt2"]["tunekit_calls_per_step"]["gelu_backward"] == 0
     for r in rows.values():
         assert r["loss_diff"] < 1e-5 and r["steps_timed"] > 0
         assert all(t > 0 for t in r["median_ms"].values())

@@ -115,7 +115,10 @@ def test_with_tuning_off_the_patched_model_is_bit_identical(case, ids, runs):
     want = step(reference, ids)
     with tunekit.tuning(tuning=False), tunekit.patch():
         got = step(patched, ids)
-    assert runs.count(op) == LAYERS and runs.count(op + "_backward") == LAYERS  # exactly one call per layer
+    assert runs.count(op) == LAYERS  # exactly one call per layer
+    # the first layer's backward through tunekit's Python Function; once the forward's runner is cached,
+    # the later layers' results carry torch's own node (ops/_shared/grad_call.py; conftest builds it)
+    assert runs.count(op + "_backward") == 1
     assert_same_step(got, want, rtol=0, atol=0)
 
 

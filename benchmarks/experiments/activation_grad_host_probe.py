@@ -1,5 +1,5 @@
 """Host time of an activation's forward + backward through autograd at 4096 elements (host-bound):
-torch's F.silu / F.gelu against tunekit's call with its C++ autograd node (ops/_shared/grad_call.py)
+torch's F.silu / F.gelu against tunekit's call with torch's grad_fn recorded in C++ (ops/_shared/grad_call.py)
 and through its Python autograd Function (the path before it). Issue 22 asks for <= torch eager.
 
 Run: ``PYTHONPATH=src python benchmarks/experiments/activation_grad_host_probe.py [--device cuda]``.

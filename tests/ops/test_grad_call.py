@@ -1,7 +1,8 @@
 """The activations' differentiable call through C++ (ops/_shared/grad_call.py, backends/fast_grad.cpp):
-from the second call of a signature, y's grad_fn is a C++ node; its gradients are torch's, it keeps
-torch's autograd rules (retain_graph, in-place changes of the saved input, double backward, non-leaf
-inputs), runs the backward under the forward's settings, and propagates the backward's errors."""
+from the second call of a signature, y comes from tunekit's tuned forward and carries torch's own
+grad_fn (SiluBackward0 / GeluBackward0), so its gradients are torch's bit for bit and it keeps every
+autograd rule of torch's (retain_graph, in-place changes of the saved input, double backward,
+non-leaf inputs, compiled autograd); where it does not take a call the Python Function runs."""
 
 import importlib
 
@@ -11,7 +12,6 @@ import torch.nn.functional as F
 
 import tunekit
 from tunekit.backends import fast_grad
-from tunekit.tunable import context, results_store, tuning
 
 silu_module = importlib.import_module("tunekit.ops.silu")
 gelu_module = importlib.import_module("tunekit.ops.gelu.op")
@@ -19,10 +19,10 @@ gelu_module = importlib.import_module("tunekit.ops.gelu.op")
 pytestmark = pytest.mark.skipif(fast_grad.load() is None, reason="the C++ extension is off or cannot be built here")
 
 CASES = {
-    "silu": (lambda x: tunekit.silu(x), lambda x: F.silu(x), "SiluFunctionBackward"),
-    "gelu": (lambda x: tunekit.gelu(x), lambda x: F.gelu(x), "GeluFunctionBackward"),
+    "silu": (lambda x: tunekit.silu(x), lambda x: F.silu(x), "SiluBackward0"),
+    "gelu": (lambda x: tunekit.gelu(x), lambda x: F.gelu(x), "GeluBackward0"),
     "gelu_tanh": (lambda x: tunekit.gelu(x, approximate="tanh"), lambda x: F.gelu(x, approximate="tanh"),
-                  "GeluFunctionBackward"),
+                  "GeluBackward0"),
 }
 
 
@@ -34,20 +34,23 @@ def _warm(fn, shape=(37, 65), dtype=torch.float32):
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_a_cached_call_gets_a_cpp_node_and_torchs_gradients(case, dtype):
+def test_a_cached_call_gets_torchs_node_and_gradients(case, dtype):
     ours, theirs, name = CASES[case]
     _warm(ours, dtype=dtype)
     a = torch.randn(37, 65, dtype=torch.float64).to(dtype).requires_grad_()
     x = a * 2  # a non-leaf input: the gradient flows on to a
     y = ours(x)
-    assert type(y.grad_fn).__name__ == "CppFunction" and y.grad_fn.name() == name
+    assert y.grad_fn.name() == name
+    if case == "gelu_tanh":
+        assert y.grad_fn._saved_approximate == "tanh"
     dy = torch.randn_like(y)
     y.backward(dy)
-    b = a.detach().double().requires_grad_()
-    theirs(b * 2).backward(dy.double())
+    b = a.detach().clone().requires_grad_()
+    expected = theirs(b * 2)
+    expected.backward(dy)
+    assert torch.equal(a.grad, b.grad)  # torch's backward kernel on the same x and dy
     tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
-    torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol)
-    torch.testing.assert_close(y.detach().double(), theirs(b.detach() * 2), rtol=tol, atol=tol)
+    torch.testing.assert_close(y.detach().double(), expected.detach().double(), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -63,8 +66,7 @@ def test_torchs_autograd_rules_hold(case):
     torch.testing.assert_close(x.grad, 2 * ref.grad)
     with pytest.raises(RuntimeError, match="second time|freed"):
         y.sum().backward()
-    z = x.detach().clone().requires_grad_()
-    w = z * 1.0
+    w = x.detach().clone().requires_grad_() * 1.0
     out = ours(w)
     w.mul_(2)  # the saved input changed in place: torch's error, not a wrong gradient
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
@@ -72,13 +74,12 @@ def test_torchs_autograd_rules_hold(case):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_double_backward_matches_torch(case):
-    ours, theirs, _ = CASES[case]
+def test_double_backward_and_gradgradcheck(case):
+    ours, theirs, name = CASES[case]
     _warm(ours, shape=(16,), dtype=torch.float64)
     x = torch.randn(16, dtype=torch.float64, requires_grad=True)
-    y = ours(x)
-    assert type(y.grad_fn).__name__ == "CppFunction"
-    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    assert ours(x).grad_fn.name() == name
+    (g,) = torch.autograd.grad(ours(x).sum(), x, create_graph=True)
     (gg,) = torch.autograd.grad(g.sum(), x)
     ref = x.detach().requires_grad_()
     (rg,) = torch.autograd.grad(theirs(ref).sum(), ref, create_graph=True)
@@ -88,37 +89,23 @@ def test_double_backward_matches_torch(case):
     assert torch.autograd.gradgradcheck(ours, (x,))
 
 
-def test_the_backward_runs_under_the_forwards_settings(tmp_path):
-    """Forward in a tuning() block, backward outside it: the backward's tuning lands in that block's store."""
-    store = str(tmp_path / "forward.sqlite")
-    with tuning(results=store):
-        _warm(tunekit.silu, shape=(300,))
-        y = tunekit.silu(torch.randn(301, requires_grad=True))  # a new signature for the backward
-        _ = tunekit.silu(torch.randn(301, requires_grad=True))
-        y = tunekit.silu(torch.randn(301, requires_grad=True))
-    assert type(y.grad_fn).__name__ == "CppFunction"
-    y.sum().backward()
-    signatures = [e.signature for e in results_store(store).entries("silu_backward")]
-    assert any("301" in s for s in signatures), signatures
-    assert not any("301" in e.signature for e in results_store().entries("silu_backward"))
-
-
-def test_an_error_in_the_backward_reaches_the_caller():
-    _warm(tunekit.silu, shape=(50,))
-
-    def broken(dy, x):
-        raise ValueError("backward exploded")
-    call = fast_grad.load().GradCall(silu_module.silu_op.fast_call, broken, context._current, "Broken")
-    y = call(torch.randn(50, requires_grad=True))
-    assert y is not None and y.grad_fn.name() == "Broken"
-    with pytest.raises(ValueError, match="backward exploded"):
+def test_compiled_autograd_runs_the_backward():
+    from torch._dynamo import compiled_autograd
+    _warm(tunekit.silu, shape=(48,))
+    x = torch.randn(48, requires_grad=True)
+    y = tunekit.silu(x)
+    assert y.grad_fn.name() == "SiluBackward0"
+    with compiled_autograd._enable(torch.compile(backend="eager")):
         y.sum().backward()
+    ref = x.detach().requires_grad_()
+    F.silu(ref).sum().backward()
+    torch.testing.assert_close(x.grad, ref.grad)
 
 
-def test_not_taken_without_a_cached_runner_or_with_a_forward_tangent():
-    call = gelu_module._gelu_grad_call
+def test_not_taken_without_a_cached_runner_with_a_tangent_or_without_grad():
     x = torch.randn(777, requires_grad=True)  # never seen: no runner cached
-    assert call.call(x, "none") is None
+    assert gelu_module._gelu_grad_call.call(x, "none") is None
+    assert "GeluFunction" in tunekit.gelu(x).grad_fn.name()  # the Python Function took it
     _warm(tunekit.silu, shape=(40,))
     import torch.autograd.forward_ad as fwAD
     with fwAD.dual_level():
@@ -126,3 +113,20 @@ def test_not_taken_without_a_cached_runner_or_with_a_forward_tangent():
         assert silu_module._silu_grad_call.call(dual) is None
     with torch.no_grad():
         assert silu_module._silu_grad_call.call(torch.randn(40, requires_grad=True)) is None
+
+
+def test_bad_construction_and_a_failing_forward():
+    module = fast_grad.load()
+    with pytest.raises(TypeError):
+        module.GradCall(lambda x: x, "relu")
+    with pytest.raises(TypeError):
+        module.GradCall(None, "silu")
+
+    def exploding(x):
+        raise ValueError("forward exploded")
+    with pytest.raises(ValueError, match="forward exploded"):
+        module.GradCall(exploding, "silu")(torch.randn(3, requires_grad=True))
+    with pytest.raises(TypeError, match="did not return a tensor"):
+        module.GradCall(lambda x: 3, "silu")(torch.randn(3, requires_grad=True))
+    with pytest.raises(TypeError):
+        module.GradCall(lambda x, a: x, "gelu")(torch.randn(3, requires_grad=True))  # gelu needs its approximation

@@ -1,25 +1,28 @@
-// An elementwise op's differentiable cached call in C++: its forward through the op's fast call, its
-// autograd node in C++ (a small CPython extension against libtorch, built at first use by
-// tunekit.backends.fast_grad, as fast_call.cpp is; see there for why). One type:
+// An activation's differentiable cached call in C++: its forward through the op's fast call (the tuned
+// runner), its autograd node torch's own (a small CPython extension against libtorch, built at first
+// use by tunekit.backends.fast_grad, as fast_call.cpp is; see there for why). One type:
 //
-//   GradCall(forward, backward, settings_var, name)(x[, extra]) -> y, or None
+//   GradCall(forward, kind)(x[, extra]) -> y, or None
 //
 // x: a tensor that requires grad, under grad mode, that the caller checked tunekit computes. forward:
 // the op's fast call (FastCall: forward(x, extra) -> y, or None when no runner is cached for x's
 // key); it runs on x detached, so y is a new tensor that autograd has not seen. When it gives None,
-// so does this (the caller takes its general path: the Python autograd Function). So it does when x
-// carries a forward-mode tangent (the Function refuses those as torch's rules say).
+// so does this (the caller takes its general path: its Python autograd Function). So it does when x
+// carries a forward-mode tangent (torch's node would need its forward formula too).
 //
-// y's grad_fn is a C++ node (node name: `name`) that saves x as torch saves an input (a later in-place
-// change of x makes backward raise torch's error) and, in backward, calls backward(dy, x[, extra])
-// with the GIL taken (autograd's device thread holds none) and the settings captured from
-// settings_var at the forward in force unless a tuning() block is already set on that thread (what
-// tunekit.tunable.context.inherited does for the Python Function). Python errors in backward
-// propagate as torch's engine propagates a Python Function's.
+// kind: "silu" or "gelu" (extra: the approximation, "none" or "tanh"). y gets the grad_fn torch's own
+// F.silu / F.gelu gives (SiluBackward0 / GeluBackward0, x saved as torch saves it), built as torch's
+// generated autograd code builds it: the backward is torch's kernel at torch's host cost, and every
+// autograd feature that knows torch's nodes knows it (double backward, compiled autograd, anomaly
+// mode, saved-tensor hooks). tunekit's tuned backward kernels stay with the Python Function and the
+// explicit tunekit.silu_backward / gelu_backward; on the H200 they ran the activations suite's
+// backward at 0.93-1.00x torch's device time.
 //
 // Why: through a Python autograd Function, a tunekit activation and its backward cost 37 us more host
-// time than F.gelu's (CPU host, 8x256 float32); a training step that is host-bound paid that on every
-// activation (a GPT-2-style step with the default tunekit.patch() ran 0.92x torch's on the H200).
+// time than F.gelu's (CPU host, 8x256 float32); a host-bound training step paid that on every
+// activation (a GPT-2-style step with the default tunekit.patch() ran 0.92x torch's on the H200). A
+// node of tunekit's own in C++ (tried first) still paid a Python backward call, and compiled autograd
+// refuses nodes it does not know.
 #include <Python.h>
 
 #include <ATen/ATen.h>
@@ -27,6 +30,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/generated/Functions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
@@ -37,7 +41,7 @@
 
 namespace {
 
-using torch::autograd::variable_list;
+using torch::autograd::SavedVariable;
 
 // How this torch holds graph nodes: std::shared_ptr (torch <= 2.11) or c10::intrusive_ptr (later).
 using NodeHandle = decltype(torch::autograd::Edge::function);
@@ -52,102 +56,47 @@ auto make_node() {
   }
 }
 
-// A new reference kept by a node; released with the GIL taken (a node may die on any thread).
-struct PyRef {
-  PyObject* p = nullptr;
-  PyRef() = default;
-  PyRef(const PyRef&) = delete;
-  PyRef& operator=(const PyRef&) = delete;
-  void hold(PyObject* o) {  // with the GIL, once
-    Py_XINCREF(o);
-    p = o;
-  }
-  ~PyRef() {
-    if (p == nullptr || !Py_IsInitialized()) return;
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_DECREF(p);
-    PyGILState_Release(gil);
-  }
-};
-
-struct ElementwiseBackward : torch::autograd::Node {
-  torch::autograd::SavedVariable x;
-  PyRef backward, extra, settings_var, settings;
-  std::string node_name;
-
-  std::string name() const override { return node_name; }
-
-  void release_variables() override { x.reset_data(); }
-
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    at::Tensor saved = x.unpack();
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject* result = call_backward(grads[0], saved);
-    if (result == nullptr) {
-      python_error err;
-      err.persist();
-      PyGILState_Release(gil);
-      throw std::move(err);
-    }
-    at::Tensor dx = THPVariable_Check(result) ? THPVariable_Unpack(result) : at::Tensor();
-    Py_DECREF(result);
-    PyGILState_Release(gil);
-    TORCH_CHECK(dx.defined(), node_name, ": the backward function did not return a tensor");
-    return {dx};
-  }
-
-  // backward(dy, x[, extra]) under the captured settings; a new reference, or nullptr with an error set.
-  PyObject* call_backward(const at::Tensor& dy, const at::Tensor& saved) {
-    PyObject* token = nullptr;
-    if (settings.p != nullptr) {
-      PyObject* current = nullptr;
-      if (PyContextVar_Get(settings_var.p, nullptr, &current) < 0) return nullptr;
-      if (current == nullptr || current == Py_None) token = PyContextVar_Set(settings_var.p, settings.p);
-      Py_XDECREF(current);
-      if (token == nullptr && PyErr_Occurred()) return nullptr;
-    }
-    PyObject* args[3] = {THPVariable_Wrap(dy), THPVariable_Wrap(saved), extra.p};
-    PyObject* result = nullptr;
-    if (args[0] != nullptr && args[1] != nullptr)
-      result = PyObject_Vectorcall(backward.p, args, extra.p != nullptr ? 3 : 2, nullptr);
-    Py_XDECREF(args[0]);
-    Py_XDECREF(args[1]);
-    if (token != nullptr) {
-      PyObject *type, *value, *trace;
-      PyErr_Fetch(&type, &value, &trace);  // the reset must not lose the backward's error
-      if (PyContextVar_Reset(settings_var.p, token) < 0) PyErr_Clear();
-      PyErr_Restore(type, value, trace);
-      Py_DECREF(token);
-    }
-    return result;
-  }
-};
+enum Kind { kSilu = 0, kGelu = 1 };
 
 struct GradCall {
   PyObject_HEAD
   PyObject* forward;
-  PyObject* backward;
-  PyObject* settings_var;
-  PyObject* name;  // str
+  int kind;
   vectorcallfunc vectorcall;
 };
 
-// y with its C++ node, or None; nullptr with an error set when the forward raised.
+// torch's node for y = op(x): the edges to x's graph, x saved as an input.
+void record(int kind, const at::Tensor& x, const at::Tensor& y, PyObject* extra) {
+  if (kind == kSilu) {
+    auto node = make_node<torch::autograd::generated::SiluBackward0>();
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    node->self_ = SavedVariable(x, false);
+    torch::autograd::set_history(y, node);
+    return;
+  }
+  auto node = make_node<torch::autograd::generated::GeluBackward0>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  node->self_ = SavedVariable(x, false);
+  node->approximate = PyUnicode_AsUTF8(extra);
+  torch::autograd::set_history(y, node);
+}
+
+// y with torch's node, or None; nullptr with an error set when the forward raised.
 PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<GradCall*>(op);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) || nargs < 1 || nargs > 2 || !THPVariable_Check(args[0])) {
-    PyErr_SetString(PyExc_TypeError, "GradCall takes (x) or (x, extra), x a tensor");
+  const Py_ssize_t wanted = self->kind == kGelu ? 2 : 1;
+  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) || nargs != wanted || !THPVariable_Check(args[0]) ||
+      (wanted == 2 && !PyUnicode_Check(args[1]))) {
+    PyErr_SetString(PyExc_TypeError, "GradCall takes (x) for silu, (x, approximate) for gelu");
     return nullptr;
   }
-  PyObject* extra = nargs == 2 ? args[1] : nullptr;
   HANDLE_TH_ERRORS
   const at::Tensor& x = THPVariable_Unpack(args[0]);
   if (!c10::GradMode::is_enabled() || !x.requires_grad() || x._fw_grad(0).defined()) Py_RETURN_NONE;
-  PyObject* call_args[2] = {THPVariable_Wrap(x.detach()), extra};
+  PyObject* call_args[2] = {THPVariable_Wrap(x.detach()), wanted == 2 ? args[1] : nullptr};
   if (call_args[0] == nullptr) return nullptr;
-  PyObject* y = PyObject_Vectorcall(self->forward, call_args, extra != nullptr ? 2 : 1, nullptr);
+  PyObject* y = PyObject_Vectorcall(self->forward, call_args, wanted, nullptr);
   Py_DECREF(call_args[0]);
   if (y == nullptr || y == Py_None) return y;
   if (!THPVariable_Check(y)) {
@@ -155,60 +104,43 @@ PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
     PyErr_SetString(PyExc_TypeError, "GradCall: the forward did not return a tensor");
     return nullptr;
   }
-  at::Tensor out = THPVariable_Unpack(y);
-  auto node = make_node<ElementwiseBackward>();
-  node->set_next_edges(torch::autograd::collect_next_edges(x));
-  node->x = torch::autograd::SavedVariable(x, false);
-  node->node_name = PyUnicode_AsUTF8(self->name);
-  node->backward.hold(self->backward);
-  node->settings_var.hold(self->settings_var);
-  node->extra.hold(extra);
-  PyObject* settings = nullptr;
-  if (PyContextVar_Get(self->settings_var, nullptr, &settings) < 0) {
+  try {
+    record(self->kind, x, THPVariable_Unpack(y), wanted == 2 ? args[1] : nullptr);
+  } catch (...) {
     Py_DECREF(y);
-    return nullptr;
+    throw;
   }
-  if (settings != Py_None) node->settings.hold(settings);
-  Py_XDECREF(settings);
-  torch::autograd::set_history(out, node);
   return y;
   END_HANDLE_TH_ERRORS
 }
 
 PyObject* gradcall_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *forward, *backward, *settings_var, *name;
-  static const char* names[] = {"forward", "backward", "settings_var", "name", nullptr};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOU:GradCall", const_cast<char**>(names), &forward, &backward,
-                                   &settings_var, &name))
+  PyObject* forward;
+  const char* kind;
+  static const char* names[] = {"forward", "kind", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Os:GradCall", const_cast<char**>(names), &forward, &kind))
     return nullptr;
-  if (!PyCallable_Check(forward) || !PyCallable_Check(backward) || !PyContextVar_CheckExact(settings_var)) {
-    PyErr_SetString(PyExc_TypeError, "GradCall: forward and backward callables, settings_var a ContextVar");
+  const std::string k = kind;
+  if (!PyCallable_Check(forward) || (k != "silu" && k != "gelu")) {
+    PyErr_SetString(PyExc_TypeError, "GradCall: forward a callable, kind \"silu\" or \"gelu\"");
     return nullptr;
   }
   auto* self = reinterpret_cast<GradCall*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
-  for (PyObject* o : {forward, backward, settings_var, name}) Py_INCREF(o);
+  Py_INCREF(forward);
   self->forward = forward;
-  self->backward = backward;
-  self->settings_var = settings_var;
-  self->name = name;
+  self->kind = k == "silu" ? kSilu : kGelu;
   self->vectorcall = gradcall_call;
   return reinterpret_cast<PyObject*>(self);
 }
 
 int gradcall_traverse(GradCall* self, visitproc visit, void* arg) {
   Py_VISIT(self->forward);
-  Py_VISIT(self->backward);
-  Py_VISIT(self->settings_var);
-  Py_VISIT(self->name);
   return 0;
 }
 
 int gradcall_clear(GradCall* self) {
   Py_CLEAR(self->forward);
-  Py_CLEAR(self->backward);
-  Py_CLEAR(self->settings_var);
-  Py_CLEAR(self->name);
   return 0;
 }
 
@@ -228,7 +160,7 @@ PyMODINIT_FUNC PyInit_tunekit_fast_grad(void) {
   GradCallType.tp_name = "tunekit_fast_grad.GradCall";
   GradCallType.tp_basicsize = sizeof(GradCall);
   GradCallType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
-  GradCallType.tp_doc = "GradCall(forward, backward, settings_var, name): see fast_grad.cpp";
+  GradCallType.tp_doc = "GradCall(forward, kind): see fast_grad.cpp";
   GradCallType.tp_new = gradcall_new;
   GradCallType.tp_call = PyVectorcall_Call;
   GradCallType.tp_vectorcall_offset = offsetof(GradCall, vectorcall);

@@ -1,12 +1,12 @@
-"""Elementwise ops' differentiable cached call in C++ (``fast_grad.cpp``: ``GradCall``).
+"""Activations' differentiable cached call in C++ (``fast_grad.cpp``: ``GradCall``).
 
 Why C++: through a Python ``torch.autograd.Function``, a tunekit activation and its backward cost
 37 us more host time per call than ``F.gelu`` (CPU host, 8 x 256 float32): the Function's own
 machinery (``apply``, ``ctx``, the Python node in backward) and tunekit's settings capture. A
 training step that is host-bound paid that on every activation: a GPT-2-style step with the default
-``tunekit.patch()`` ran 0.92x torch's (``benchmarks/results/model_step-NVIDIA_H200.md``). ``GradCall``
-runs the forward through the op's fast call (the cached runner) and records a C++ autograd node
-whose backward calls the op's backward function directly.
+``tunekit.patch()`` ran 0.92x torch's (``benchmarks/results/model_step-NVIDIA_H200.md`` of
+2026-11-24). ``GradCall`` runs the forward through the op's fast call (the cached runner) and gives
+the result torch's own autograd node (``fast_grad.cpp`` says why torch's and not one of tunekit's).
 
 Built like :mod:`tunekit.backends.fast_call` (the same compiler, flags, cache and ``TUNEKIT_FAST_CALL``
 switch: off, or not buildable, and the Python Function runs, with the same results), on a worker

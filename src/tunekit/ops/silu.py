@@ -16,8 +16,9 @@ Two tunable ops, each with its candidates (kernels live in ``tunekit/kernels/<ba
 
 The path of a call: :func:`silu` -> (compiling: :func:`compiled_silu`, the custom op
 ``tunekit::silu``) -> the fast path (``silu_op.fast_call``) or ``silu_op.call(SiluParams(x))`` ->
-the chosen candidate. Autograd: on a tensor that requires grad, :class:`SiluFunction` runs the
-tuned forward and its backward calls the tuned :func:`silu_backward`. Drop-in use:
+the chosen candidate. Autograd: on a tensor that requires grad, once its forward's runner is cached,
+the tuned forward with torch's own ``SiluBackward0`` node (``_shared/grad_call.py``: torch's host
+cost); before that :class:`SiluFunction`, whose backward calls the tuned :func:`silu_backward`. Drop-in use:
 :class:`SiLU` (``tunekit.nn.SiLU``) and the ``tunekit.patch()`` replacements of ``F.silu`` and
 ``nn.SiLU.forward`` at the end.
 """
@@ -141,8 +142,8 @@ def silu(input: torch.Tensor, inplace: bool = False, *, out: torch.Tensor | None
     """``x * sigmoid(x)``, element by element, by the fastest correct candidate for these inputs.
 
     ``torch.nn.functional.silu(input, inplace=False)``'s arguments, results and errors, and an
-    ``out=`` as ``torch._C._nn.silu``'s. Differentiable: a tensor that requires grad gets the tuned
-    backward. What tunekit does not compute (``ops/_shared/arguments.py``: other dtypes, subclasses,
+    ``out=`` as ``torch._C._nn.silu``'s. Differentiable: a tensor that requires grad gets torch's
+    backward node (or, on a signature's first calls, the tuned backward). What tunekit does not compute (``ops/_shared/arguments.py``: other dtypes, subclasses,
     devices, ``out=`` torch resizes or refuses, ``out=`` / in place under autograd) runs torch's own
     function with the same arguments.
     """
@@ -156,7 +157,7 @@ def silu(input: torch.Tensor, inplace: bool = False, *, out: torch.Tensor | None
             return _F_silu(input)
         if not (input.requires_grad and _grad_enabled()):
             return _silu_call(SiluParams(input))
-        y = _silu_grad_call.call(input)  # the runner and a C++ grad_fn (_shared/grad_call.py), or None
+        y = _silu_grad_call.call(input)  # the runner, torch's grad_fn (_shared/grad_call.py), or None
         return y if y is not None else SiluFunction.apply(input)
     if inplace and out is not None:
         raise ValueError("tunekit.silu: pass either out= or inplace=True, not both")
@@ -192,7 +193,7 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 swish = silu
-_silu_grad_call = GradCall(silu_op, silu_backward, "SiluFunctionBackward")
+_silu_grad_call = GradCall(silu_op, "silu")
 
 
 # -- torch.library: tunekit::silu, tunekit::silu_backward (ops/_shared/custom_ops.py says why) -------

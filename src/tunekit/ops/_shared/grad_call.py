@@ -1,8 +1,9 @@
-"""An elementwise op's differentiable call through C++ (``backends/fast_grad.cpp``): the cached
-forward runner on the input, and a C++ autograd node whose backward calls the op's backward
-function. It stands in front of the op's Python ``torch.autograd.Function`` and gives None where it
-does not take the call (the extension not built yet or not buildable, no runner cached for the
-input, a forward-mode tangent), so the Function still runs every other call, with the same results.
+"""An activation's differentiable call through C++ (``backends/fast_grad.cpp``): the tuned forward
+runner on the input, and torch's own autograd node for it (``SiluBackward0`` / ``GeluBackward0``:
+torch's backward kernel, at torch's host cost, known to double backward and compiled autograd). It
+stands in front of the op's Python ``torch.autograd.Function`` and gives None where it does not take
+the call (the extension not built yet or not buildable, no runner cached for the input, a forward-mode
+tangent), so the Function, with tunekit's tuned backward, runs every other call.
 
 ``backends/fast_grad.py`` says why (the Function's host time). The extension is built on a worker at
 the op's first differentiable call; until it is in place every call takes the Function.
@@ -10,10 +11,7 @@ the op's first differentiable call; until it is in place every call takes the Fu
 
 from __future__ import annotations
 
-from typing import Callable
-
 from ...backends import fast_grad
-from ...tunable import context
 
 __all__ = ["GradCall"]
 
@@ -23,17 +21,13 @@ def _not_taken(*args):
 
 
 class GradCall:
-    """``grad_call(x[, extra])``: ``y`` with its C++ grad_fn (named ``name``), or None.
+    """``grad_call.call(x[, approximate])``: ``y`` with torch's grad_fn, or None. ``op``: the tunable op
+    of the forward (its ``fast_call`` is looked up on each call: it is replaced once its own extension
+    is installed); ``kind``: "silu" or "gelu", the torch node to record."""
 
-    ``op``: the tunable op of the forward (its ``fast_call`` is looked up on each call: it is replaced
-    when its own extension is installed); ``backward(dy, x[, extra])``: the op's backward function."""
-
-    def __init__(self, op, backward: Callable, name: str):
-        self.op, self.backward, self.name = op, backward, name
+    def __init__(self, op, kind: str):
+        self.op, self.kind = op, kind
         self.call = self._first
-
-    def __call__(self, x, *extra):
-        return self.call(x, *extra)
 
     def _first(self, x, *extra):
         self.call = _not_taken
@@ -45,4 +39,4 @@ class GradCall:
 
         def forward(x, *extra):
             return op.fast_call(x, *extra)
-        self.call = module.GradCall(forward, self.backward, context._current, self.name)
+        self.call = module.GradCall(forward, self.kind)

@@ -169,7 +169,7 @@ def gelu(input: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | 
 
     ``torch.nn.functional.gelu(input, *, approximate='none', out=None)``'s arguments, results and
     errors; ``inplace=True`` writes into ``input`` (torch's ``gelu_``). Differentiable: a tensor that
-    requires grad gets the tuned backward. What tunekit does not compute (``ops/_shared/arguments.py``;
+    requires grad gets torch's backward node (on a signature's first calls, the tuned backward). What tunekit does not compute (``ops/_shared/arguments.py``;
     an ``approximate`` other than "none" / "tanh") runs torch's own function with the same arguments.
     """
     if _is_compiling():  # torch.compile: the custom op, no graph break
@@ -182,7 +182,7 @@ def gelu(input: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | 
             return _gelu(input, approximate=approximate)
         if not (input.requires_grad and _grad_enabled()):
             return _gelu_call(GeluParams(input, approximate))
-        y = _gelu_grad_call.call(input, approximate)  # the runner and a C++ grad_fn (_shared/grad_call.py), or None
+        y = _gelu_grad_call.call(input, approximate)  # the runner, torch's grad_fn (_shared/grad_call.py), or None
         return y if y is not None else GeluFunction.apply(input, approximate)
     if inplace and out is not None:
         raise ValueError("tunekit.gelu: pass either out= or inplace=True, not both")
@@ -223,7 +223,7 @@ def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") 
     return _gelu_backward_call(params)
 
 
-_gelu_grad_call = GradCall(gelu_op, gelu_backward, "GeluFunctionBackward")
+_gelu_grad_call = GradCall(gelu_op, "gelu")
 
 
 # -- torch.library: tunekit::gelu, tunekit::gelu_backward (ops/_shared/custom_ops.py says why) -------
