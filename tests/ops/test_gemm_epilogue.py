@@ -53,6 +53,9 @@ def test_what_it_refuses():
     assert "in place" in epilogue_support(AddmmParams(c2, a[0], b[0], out=c2, activation="relu"))
     other = torch.empty(3, 5, dtype=torch.float64)
     assert "dtype" in epilogue_support(AddmmParams(c2, a[0], b[0], out=other, activation="relu"))
+    shared = torch.randn(40)
+    x, out = shared[:12].view(3, 4), shared[6:21].view(3, 5)  # out overlaps the input
+    assert "overlaps" in epilogue_support(AddmmParams(c2, x, b[0], out=out, activation="relu"))
 
 
 def test_it_is_a_candidate_of_addmm_and_decides_nothing_wrong_on_the_cpu():

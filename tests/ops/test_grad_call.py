@@ -130,3 +130,13 @@ def test_bad_construction_and_a_failing_forward():
         module.GradCall(lambda x: 3, "silu")(torch.randn(3, requires_grad=True))
     with pytest.raises(TypeError):
         module.GradCall(lambda x, a: x, "gelu")(torch.randn(3, requires_grad=True))  # gelu needs its approximation
+
+
+@pytest.mark.parametrize("forward", [lambda x: x, lambda x: x[1:], lambda x: (x * 2).requires_grad_()],
+                         ids=["the input itself", "a view", "a tensor with a history"])
+def test_a_result_that_is_not_fresh_gets_no_history(forward):
+    """A forward whose result aliases x, is a view or already requires grad is not given torch's node
+    (setting its history would corrupt x's graph): None, and the caller's Function runs instead."""
+    x = torch.randn(6, requires_grad=True)
+    assert fast_grad.load().GradCall(forward, "silu")(x) is None
+    assert x.grad_fn is None and x.is_leaf

@@ -8,7 +8,8 @@
 // the op's fast call (FastCall: forward(x, extra) -> y, or None when no runner is cached for x's
 // key); it runs on x detached, so y is a new tensor that autograd has not seen. When it gives None,
 // so does this (the caller takes its general path: its Python autograd Function). So it does when x
-// carries a forward-mode tangent (torch's node would need its forward formula too).
+// carries a forward-mode tangent (torch's node would need its forward formula too), and when y is
+// not a fresh tensor (a view, an alias of x, or one with a history): its history cannot be set.
 //
 // kind: "silu" or "gelu" (extra: the approximation, "none" or "tanh"). y gets the grad_fn torch's own
 // F.silu / F.gelu gives (SiluBackward0 / GeluBackward0, x saved as torch saves it), built as torch's
@@ -104,8 +105,13 @@ PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
     PyErr_SetString(PyExc_TypeError, "GradCall: the forward did not return a tensor");
     return nullptr;
   }
+  const at::Tensor& out = THPVariable_Unpack(y);
+  if (out.is_view() || out.is_alias_of(x) || out.requires_grad()) {  // not a fresh result: no history of its own
+    Py_DECREF(y);
+    Py_RETURN_NONE;
+  }
   try {
-    record(self->kind, x, THPVariable_Unpack(y), wanted == 2 ? args[1] : nullptr);
+    record(self->kind, x, out, wanted == 2 ? args[1] : nullptr);
   } catch (...) {
     Py_DECREF(y);
     throw;

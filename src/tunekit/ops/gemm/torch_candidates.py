@@ -19,6 +19,7 @@ import contextlib
 import torch
 
 from .params import AddmmParams, GemmParams
+from ...tunable.params import overlaps
 
 __all__ = ["torch_mm", "torch_addmm", "torch_addmm_epilogue", "epilogue_support", "apply_activation",
            "activation_function"]
@@ -110,8 +111,9 @@ def epilogue_support(p: AddmmParams) -> str | None:
         return "cuBLASLt epilogue: its float16 GELU measured 14x the error of torch's addmm + gelu (H200)"
     if p.a.dim() != 2:
         return "cuBLASLt epilogue: 2-D operands only (addmm)"
-    if p.out is not None and (p.out is p.c or p.out.dtype is not p.a.dtype):
-        return "cuBLASLt epilogue: not in place, out of the operands' dtype"
+    if p.out is not None and (p.out is p.c or p.out.dtype is not p.a.dtype
+                              or any(overlaps(t, p.out) for t in (p.a, p.b, p.c))):
+        return "cuBLASLt epilogue: not in place, an out of the operands' dtype that overlaps none of them"
     return None
 
 
