@@ -30,6 +30,11 @@ Method:
   spread (min-max).
 - Each patched variant's loss on the first step is compared with the unpatched one's, and one extra
   step counts the tunekit calls per step (candidate runs, outside the timed steps).
+- "until tuned": until a step meets no tuning session (a session under way that no step calls any
+  more, e.g. an activation backward's once torch's node takes the activation, does not count).
+- ``--compile``: both models ``torch.compile``'d (default mode; the patched one compiled under the
+  patch, where the replacements hand dynamo torch's functions): issue 23 asks that the patched
+  compiled step be as fast as torch's compiled step (tunekit must not cost compiled code its fusions).
 """
 
 from __future__ import annotations
@@ -149,7 +154,10 @@ class Timer:
 
 
 def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
-    models = dict(zip(("torch", "tunekit.patch"), model_pair(name, cfg, transformers, device, dtype, args.patch_ops)))
+    pair = model_pair(name, cfg, transformers, device, dtype, args.patch_ops)
+    if args.compile:  # compiled at its first step; the patched one under the patch (its graph holds torch's ops)
+        pair = tuple(torch.compile(m) for m in pair)
+    models = dict(zip(("torch", "tunekit.patch"), pair))
     torch.manual_seed(1)
     ids = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]), device=device)
 
@@ -164,19 +172,20 @@ def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
         with tunekit.patch(args.patch_ops):
             return fn()
 
-    start = time.perf_counter()
+    start, marks = time.perf_counter(), session_calls()
     losses = {v: in_variant(v, lambda: one_step(m).item()) for v, m in models.items()}  # first step: tunes
     first_use = {"first_step_s": time.perf_counter() - start, "steps_until_tuned": None}
-    steps = 1
-    while steps < MAX_TUNING_STEPS and (steps < args.warmup or tuning_now()):
-        if first_use["steps_until_tuned"] is None and not tuning_now():
+    steps, busy = 1, tuning_since(marks)
+    while steps < MAX_TUNING_STEPS and (steps < args.warmup or busy):
+        if first_use["steps_until_tuned"] is None and not busy:
             first_use["steps_until_tuned"] = steps  # first use: the patched steps until every signature decided
+        marks = session_calls()
         for v, m in models.items():
             in_variant(v, lambda: one_step(m))
-        steps += 1
+        steps, busy = steps + 1, tuning_since(marks)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    if first_use["steps_until_tuned"] is None and not tuning_now():
+    if first_use["steps_until_tuned"] is None and not busy:
         first_use["steps_until_tuned"] = steps
     first_use["seconds_until_tuned"] = time.perf_counter() - start  # both variants' steps, synchronized
     times = {v: [] for v in models}
@@ -197,9 +206,17 @@ def measure_model(name, cfg, args, transformers, device, dtype, timer) -> dict:
 MAX_TUNING_STEPS = 200
 
 
-def tuning_now() -> bool:
-    """Whether any tunekit op has a signature still tuning (its session spread over calls)."""
-    return any(op.sessions_in_progress() for op in all_ops())
+def session_calls() -> dict:
+    """{(op, settings id, signature): calls that met its session} over the tuning sessions under way."""
+    return {(op.name, *key): n for op in all_ops() for key, n in op.session_calls().items()}
+
+
+def tuning_since(marks: dict) -> bool:
+    """Whether a signature the step calls is still tuning: a session under way that began or was met
+    since ``marks`` (:func:`session_calls`). A session no call meets any more is not counted: e.g. an
+    activation backward's, started at the first step by the Python autograd Function, once later steps
+    record torch's own node for the activation (ops/_shared/grad_call.py) and never call it again."""
+    return any(marks.get(k) != n for k, n in session_calls().items())
 
 
 def tuned_choices(results) -> list[str]:
@@ -216,7 +233,8 @@ def _first_use(f: dict | None) -> str:
 
 
 def render(meta: dict, rows: list[dict]) -> str:
-    lines = [f"# Model training step (forward + backward), torch vs `tunekit.patch()`: {meta['device']}", "",
+    compiled = " (both torch.compile'd)" if meta["args"].get("compile") else ""
+    lines = [f"# Model training step (forward + backward){compiled}, torch vs `tunekit.patch()`: {meta['device']}", "",
              f"{meta['date']}; {meta['command']}; versions {meta['versions']}", "",
              f"Config: hidden {meta['config']['hidden']}, layers {meta['config']['layers']}, heads "
              f"{meta['config']['heads']}, vocab {meta['config']['vocab']}, batch {meta['config']['batch']}, seq "
@@ -249,6 +267,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="timed steps per variant per round (default 4)")
     ap.add_argument("--tuning-ms", type=float, help="tuning budget per signature (default: tunekit's, 200)")
     ap.add_argument("--results", help="tunekit results file (default: a fresh one, so this run tunes)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile both models (default mode): the patched step must be as fast as torch's")
     ap.add_argument("--patch-ops", help="comma-separated ops to patch, e.g. silu,gelu,logsumexp,gemm "
                                         "(default: tunekit.patch()'s, GEMM left out)")
     args = ap.parse_args(argv)
@@ -288,7 +308,7 @@ def main(argv=None) -> int:
     text = render(meta, rows)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"model_step{'-smoke' if args.smoke else ''}-{device_name.replace(' ', '_')}"
+    stem = f"model_step{'-smoke' if args.smoke else ''}{'-compiled' if args.compile else ''}-{device_name.replace(' ', '_')}"
     (out_dir / f"{stem}.md").write_text(text)
     (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
     print(text)

@@ -1,8 +1,9 @@
-"""The activations' differentiable call through C++ (ops/_shared/grad_call.py, backends/fast_grad.cpp):
-from the second call of a signature, y comes from tunekit's tuned forward and carries torch's own
-grad_fn (SiluBackward0 / GeluBackward0), so its gradients are torch's bit for bit and it keeps every
-autograd rule of torch's (retain_graph, in-place changes of the saved input, double backward,
-non-leaf inputs, compiled autograd); where it does not take a call the Python Function runs."""
+"""The differentiable call through C++ (ops/_shared/grad_call.py, backends/fast_grad.cpp): from the
+second call of an activation's signature (logsumexp: any call of at most TORCH_NODE_MAX_NUMEL
+elements), y comes from tunekit's tuned forward and carries torch's own grad_fn (SiluBackward0 /
+GeluBackward0 / LogsumexpBackward0), so its gradients are torch's and it keeps every autograd rule of
+torch's (retain_graph, in-place changes of the saved input, double backward, non-leaf inputs,
+compiled autograd); where it does not take a call the Python Function runs."""
 
 import importlib
 
@@ -15,6 +16,7 @@ from tunekit.backends import fast_grad
 
 silu_module = importlib.import_module("tunekit.ops.silu")
 gelu_module = importlib.import_module("tunekit.ops.gelu.op")
+lse_module = importlib.import_module("tunekit.ops.logsumexp.op")
 
 pytestmark = pytest.mark.skipif(fast_grad.load() is None, reason="the C++ extension is off or cannot be built here")
 
@@ -23,6 +25,7 @@ CASES = {
     "gelu": (lambda x: tunekit.gelu(x), lambda x: F.gelu(x), "GeluBackward0"),
     "gelu_tanh": (lambda x: tunekit.gelu(x, approximate="tanh"), lambda x: F.gelu(x, approximate="tanh"),
                   "GeluBackward0"),
+    "logsumexp": (lambda x: tunekit.logsumexp(x, -1), lambda x: torch.logsumexp(x, -1), "LogsumexpBackward0"),
 }
 
 
@@ -140,3 +143,43 @@ def test_a_result_that_is_not_fresh_gets_no_history(forward):
     x = torch.randn(6, requires_grad=True)
     assert fast_grad.load().GradCall(forward, "silu")(x) is None
     assert x.grad_fn is None and x.is_leaf
+
+
+@pytest.mark.parametrize("dim,keepdim", [(-1, False), (0, True), ((0, 2), False), ([2, 1], True)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_logsumexp_gets_torchs_node_with_its_dims_and_torchs_gradient(dim, keepdim, dtype):
+    x = torch.randn(5, 7, 9, dtype=torch.float64).to(dtype).requires_grad_()
+    y = tunekit.logsumexp(x, dim, keepdim)
+    node = y.grad_fn
+    assert node.name() == "LogsumexpBackward0"
+    expected_dims = sorted(d % 3 for d in ((dim,) if isinstance(dim, int) else dim))
+    assert list(node._saved_dim) == expected_dims and node._saved_keepdim is keepdim
+    assert node._saved_self.data_ptr() == x.data_ptr()
+    assert node._saved_result.data_ptr() == y.data_ptr()  # torch's formula reads the result: ours
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    ref = x.detach().double().requires_grad_()
+    torch.logsumexp(ref, dim, keepdim).backward(dy.double())
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 4e-2}[dtype]
+    torch.testing.assert_close(x.grad.double(), ref.grad, rtol=tol, atol=tol)
+    torch.testing.assert_close(y.detach().double(), torch.logsumexp(ref.detach(), dim, keepdim), rtol=tol, atol=tol)
+
+
+def test_logsumexp_above_the_limit_keeps_the_tuned_gradient_and_a_0d_input_gets_torchs_node():
+    big = torch.randn(lse_module.TORCH_NODE_MAX_NUMEL + 1, requires_grad=True)
+    assert "LogsumexpFunction" in tunekit.logsumexp(big, 0).grad_fn.name()
+    at_limit = torch.randn(lse_module.TORCH_NODE_MAX_NUMEL, requires_grad=True)
+    assert tunekit.logsumexp(at_limit, 0).grad_fn.name() == "LogsumexpBackward0"
+    scalar = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    y = tunekit.logsumexp(scalar, 0)
+    y.backward()
+    assert y.grad_fn.name() == "LogsumexpBackward0" and scalar.grad.item() == 1.0
+
+
+def test_logsumexp_node_rejects_malformed_arguments():
+    call = fast_grad.load().GradCall(lambda x, dims, keepdim: x.sum(), "logsumexp")
+    x = torch.randn(3, requires_grad=True)
+    for args in [(x,), (x, (0,)), (x, [0], False), (x, (0,), 1), (x, ("0",), False)]:
+        with pytest.raises(TypeError):
+            call(*args)
+    assert call(x, (0,), False).grad_fn.name() == "LogsumexpBackward0"

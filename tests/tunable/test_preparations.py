@@ -51,10 +51,12 @@ def test_a_parked_session_runs_its_incumbent_from_the_cache_without_resolving(mo
             torch.testing.assert_close(op(ScaleParams(x)), x * 2)
         parked = op._choices[s.cache_id][ScaleParams(x).cache_key()]
         assert isinstance(parked, ParkedChoice) and parked.name == "ref"
-        before = len(resolves)
+        before, (calls_before,) = len(resolves), op.session_calls().values()
         for _ in range(50):
             torch.testing.assert_close(op(ScaleParams(x)), x * 2)
         assert len(resolves) == before, "a parked session's calls must not go through resolve"
+        assert op.session_calls() == {(s.cache_id, ScaleParams(x).signature()): calls_before + 50}  # each counted
+        assert calls_before >= 2  # the calls that resumed it were counted too
         assert op.runs["fast"] == 0 and op.tuning_in_progress(ScaleParams(x))
         gate.set()
         _wait_for(lambda: prepared)

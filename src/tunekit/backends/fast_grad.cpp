@@ -2,17 +2,19 @@
 // runner), its autograd node torch's own (a small CPython extension against libtorch, built at first
 // use by tunekit.backends.fast_grad, as fast_call.cpp is; see there for why). One type:
 //
-//   GradCall(forward, kind)(x[, extra]) -> y, or None
+//   GradCall(forward, kind)(x, *extra) -> y, or None
 //
 // x: a tensor that requires grad, under grad mode, that the caller checked tunekit computes. forward:
-// the op's fast call (FastCall: forward(x, extra) -> y, or None when no runner is cached for x's
-// key); it runs on x detached, so y is a new tensor that autograd has not seen. When it gives None,
+// the op's fast call (FastCall: forward(x, *extra) -> y, or None when no runner is cached for x's
+// key) or any function of (x, *extra) that gives y or None; it runs on x detached, so y is a new tensor that autograd has not seen. When it gives None,
 // so does this (the caller takes its general path: its Python autograd Function). So it does when x
 // carries a forward-mode tangent (torch's node would need its forward formula too), and when y is
 // not a fresh tensor (a view, an alias of x, or one with a history): its history cannot be set.
 //
-// kind: "silu" or "gelu" (extra: the approximation, "none" or "tanh"). y gets the grad_fn torch's own
-// F.silu / F.gelu gives (SiluBackward0 / GeluBackward0, x saved as torch saves it), built as torch's
+// kind: "silu", "gelu" (extra: the approximation, "none" or "tanh") or "logsumexp" (extra: the
+// reduced dims as a tuple of ints, keepdim as a bool). y gets the grad_fn torch's own F.silu / F.gelu
+// / torch.logsumexp gives (SiluBackward0 / GeluBackward0 / LogsumexpBackward0, x and for logsumexp
+// its result saved as torch saves them), built as torch's
 // generated autograd code builds it: the backward is torch's kernel at torch's host cost, and every
 // autograd feature that knows torch's nodes knows it (double backward, compiled autograd, anomaly
 // mode, saved-tensor hooks). tunekit's tuned backward kernels stay with the Python Function and the
@@ -57,7 +59,20 @@ auto make_node() {
   }
 }
 
-enum Kind { kSilu = 0, kGelu = 1 };
+enum Kind { kSilu = 0, kGelu = 1, kLogsumexp = 2 };
+
+// Positional arguments after x for each kind.
+constexpr Py_ssize_t kExtra[] = {0, 1, 2};
+
+bool extra_ok(int kind, PyObject* const* extra) {
+  if (kind == kGelu) return PyUnicode_Check(extra[0]);
+  if (kind == kLogsumexp) {
+    if (!PyTuple_Check(extra[0]) || !PyBool_Check(extra[1])) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(extra[0]); ++i)
+      if (!PyLong_Check(PyTuple_GET_ITEM(extra[0], i))) return false;
+  }
+  return true;
+}
 
 struct GradCall {
   PyObject_HEAD
@@ -66,8 +81,21 @@ struct GradCall {
   vectorcallfunc vectorcall;
 };
 
-// torch's node for y = op(x): the edges to x's graph, x saved as an input.
-void record(int kind, const at::Tensor& x, const at::Tensor& y, PyObject* extra) {
+// torch's node for y = op(x, *extra): the edges to x's graph, x saved as an input (and, for logsumexp,
+// y as the output, saved once y has its history, as torch's generated code does).
+void record(int kind, const at::Tensor& x, const at::Tensor& y, PyObject* const* extra) {
+  if (kind == kLogsumexp) {
+    auto node = make_node<torch::autograd::generated::LogsumexpBackward0>();
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    node->self_ = SavedVariable(x, false);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(extra[0]); ++i)
+      node->dim.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(extra[0], i)));
+    if (PyErr_Occurred()) throw python_error();
+    node->keepdim = extra[1] == Py_True;
+    torch::autograd::set_history(y, node);
+    node->result_ = SavedVariable(y, true);
+    return;
+  }
   if (kind == kSilu) {
     auto node = make_node<torch::autograd::generated::SiluBackward0>();
     node->set_next_edges(torch::autograd::collect_next_edges(x));
@@ -78,7 +106,7 @@ void record(int kind, const at::Tensor& x, const at::Tensor& y, PyObject* extra)
   auto node = make_node<torch::autograd::generated::GeluBackward0>();
   node->set_next_edges(torch::autograd::collect_next_edges(x));
   node->self_ = SavedVariable(x, false);
-  node->approximate = PyUnicode_AsUTF8(extra);
+  node->approximate = PyUnicode_AsUTF8(extra[0]);
   torch::autograd::set_history(y, node);
 }
 
@@ -86,16 +114,18 @@ void record(int kind, const at::Tensor& x, const at::Tensor& y, PyObject* extra)
 PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<GradCall*>(op);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  const Py_ssize_t wanted = self->kind == kGelu ? 2 : 1;
+  const Py_ssize_t wanted = 1 + kExtra[self->kind];
   if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) || nargs != wanted || !THPVariable_Check(args[0]) ||
-      (wanted == 2 && !PyUnicode_Check(args[1]))) {
-    PyErr_SetString(PyExc_TypeError, "GradCall takes (x) for silu, (x, approximate) for gelu");
+      !extra_ok(self->kind, args + 1)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "GradCall takes (x) for silu, (x, approximate) for gelu, (x, dims, keepdim) for logsumexp");
     return nullptr;
   }
   HANDLE_TH_ERRORS
   const at::Tensor& x = THPVariable_Unpack(args[0]);
   if (!c10::GradMode::is_enabled() || !x.requires_grad() || x._fw_grad(0).defined()) Py_RETURN_NONE;
-  PyObject* call_args[2] = {THPVariable_Wrap(x.detach()), wanted == 2 ? args[1] : nullptr};
+  PyObject* call_args[3] = {THPVariable_Wrap(x.detach()), wanted > 1 ? args[1] : nullptr,
+                            wanted > 2 ? args[2] : nullptr};
   if (call_args[0] == nullptr) return nullptr;
   PyObject* y = PyObject_Vectorcall(self->forward, call_args, wanted, nullptr);
   Py_DECREF(call_args[0]);
@@ -111,7 +141,7 @@ PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
     Py_RETURN_NONE;
   }
   try {
-    record(self->kind, x, out, wanted == 2 ? args[1] : nullptr);
+    record(self->kind, x, out, args + 1);
   } catch (...) {
     Py_DECREF(y);
     throw;
@@ -127,15 +157,15 @@ PyObject* gradcall_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Os:GradCall", const_cast<char**>(names), &forward, &kind))
     return nullptr;
   const std::string k = kind;
-  if (!PyCallable_Check(forward) || (k != "silu" && k != "gelu")) {
-    PyErr_SetString(PyExc_TypeError, "GradCall: forward a callable, kind \"silu\" or \"gelu\"");
+  if (!PyCallable_Check(forward) || (k != "silu" && k != "gelu" && k != "logsumexp")) {
+    PyErr_SetString(PyExc_TypeError, "GradCall: forward a callable, kind \"silu\", \"gelu\" or \"logsumexp\"");
     return nullptr;
   }
   auto* self = reinterpret_cast<GradCall*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
   Py_INCREF(forward);
   self->forward = forward;
-  self->kind = k == "silu" ? kSilu : kGelu;
+  self->kind = k == "silu" ? kSilu : k == "gelu" ? kGelu : kLogsumexp;
   self->vectorcall = gradcall_call;
   return reinterpret_cast<PyObject*>(self);
 }

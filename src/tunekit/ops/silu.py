@@ -193,7 +193,7 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 swish = silu
-_silu_grad_call = GradCall(silu_op, "silu")
+_silu_grad_call = GradCall(lambda x: silu_op.fast_call(x), "silu")
 
 
 # -- torch.library: tunekit::silu, tunekit::silu_backward (ops/_shared/custom_ops.py says why) -------

@@ -99,6 +99,7 @@ class ParkedChoice:
         return self.session.incumbent.name
 
     def run(self, params, **kwargs):
+        self.session.calls += 1
         if self.session.parked():
             return self.session.incumbent.run(params, **kwargs)
         if self.choices.get(self.key) is self:

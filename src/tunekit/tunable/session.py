@@ -110,6 +110,7 @@ class TuningSession:
         self._steps = self._work()
         self._units: collections.deque[float] = collections.deque(maxlen=UNIT_WINDOW)  # recent pieces' s
         self.waited_ms = 0.0
+        self.calls = 0  # calls of the signature that met this session (resumed it or ran its parked incumbent)
 
     # -- driving --------------------------------------------------------------------------------
     def advance(self, step_ms: float) -> bool:

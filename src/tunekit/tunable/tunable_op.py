@@ -15,8 +15,8 @@ one signature tune once, and tuning runs never overlap each other's timings):
    prepared on a worker while a stand-in or the default runs);
 3. tuning on, not capturing a CUDA graph -> a tuning session, spread over calls (its incumbent runs
    meanwhile, from the cache while the session waits for compiles), then the entry is stored;
-4. otherwise the default, and the signature is recorded as untuned when ``record_untuned`` is on.
-   During graph capture nothing is cached, so the first eager call after capture still tunes.
+4. otherwise the default, and the signature is recorded as untuned when ``record_untuned`` is on (during
+   graph capture nothing is cached, so the first eager call after capture still tunes).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ _decider = None
 
 
 def use_decider(decider):
-    """Make ``decider(op, params, settings, signature, device, device_name) -> Resolution`` decide every
-    new signature (None: each process decides by :meth:`TunableOp.decide_here`); the one it replaces."""
+    """Make ``decider(op, params, settings, signature, device, device_name) -> Resolution`` decide every new
+    signature (None: each process decides by :meth:`TunableOp.decide_here`); returns the one it replaces."""
     global _decider
     previous, _decider = _decider, decider
     return previous
@@ -62,8 +62,7 @@ def current_decider():
     return _decider  # the decider use_decider set, or None
 
 
-#: device types whose signatures are tuned and stored; others run the default
-TUNED_DEVICES = ("cpu", "cuda")
+TUNED_DEVICES = ("cpu", "cuda")  # device types whose signatures are tuned and stored; others run the default
 
 
 class _SessionContext(NamedTuple):  # what storing a session's entry needs, fixed when the session starts
@@ -93,14 +92,12 @@ class TunableOp:
                  tolerance: Callable[[OpParams], tuple[float, float]] | None = None,
                  numerics: Callable[[OpParams, tuple, tuple], str | None] | None = None,
                  fast_calls: Callable[[dict, Callable], None] = fast_path.install_python_fast_call):
-        self.name = name
-        self.params_type = params_type
+        self.name, self.params_type = name, params_type
         #: builds params from the public function's arguments (explain)
         self.make_params = make_params
         #: builds params on fresh random inputs: ``make_example(shape, dtype, device)`` (CLI, benchmarks)
         self.make_example = make_example
-        self._tolerance = tolerance
-        self._numerics = numerics
+        self._tolerance, self._numerics = tolerance, numerics
         #: host clock for tuning budgets and CPU timings (tests inject a fake one)
         self.clock = time.perf_counter
         self.candidates: list = []
@@ -140,10 +137,9 @@ class TunableOp:
         return c
 
     def candidate(self, name: str):
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise KeyError(f"op {self.name!r} has no candidate {name!r}; it has {', '.join(self._by_name)}") from None
+        if name not in self._by_name:
+            raise KeyError(f"op {self.name!r} has no candidate {name!r}; it has {', '.join(self._by_name)}")
+        return self._by_name[name]
 
     def tolerance(self, params: OpParams) -> tuple[float, float]:
         """(rtol, atol) for the numerical check: the op's own rule, else by the first input's dtype."""
@@ -260,8 +256,11 @@ class TunableOp:
     def decisions(self, s: context.TuningSettings) -> int:  # signatures decided under s: grows until forget
         return len(self._decided.get(s.cache_id, ()))
 
-    def sessions_in_progress(self) -> int:  # signatures tuning now, spread over calls (any settings)
-        return len(self._sessions)  # one read of a dict's size: atomic, no lock needed
+    def sessions_in_progress(self) -> int:  # signatures tuning now, spread over calls (any settings); atomic read
+        return len(self._sessions)
+
+    def session_calls(self) -> dict:  # {(settings id, signature): calls that met its session}, of those under way
+        return {k: session.calls for k, session in list(self._sessions.items())}
 
     def tuning_in_progress(self, params: OpParams, s: context.TuningSettings | None = None) -> bool:
         return self.in_effect(params, s)[1]  # a tuning session for params' signature under way (over calls)
@@ -349,6 +348,7 @@ class TunableOp:
         if params.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return Resolution(session.incumbent, "tuning in progress (paused: a CUDA graph is being captured)",
                               ctx.signature, ctx.device_name, cache=False)
+        session.calls += 1
         try:
             done = session.advance(math.inf if finish else s.tuning_step_ms)
         except BaseException as exc:

@@ -1,9 +1,10 @@
-"""An activation's differentiable call through C++ (``backends/fast_grad.cpp``): the tuned forward
-runner on the input, and torch's own autograd node for it (``SiluBackward0`` / ``GeluBackward0``:
-torch's backward kernel, at torch's host cost, known to double backward and compiled autograd). It
-stands in front of the op's Python ``torch.autograd.Function`` and gives None where it does not take
-the call (the extension not built yet or not buildable, no runner cached for the input, a forward-mode
-tangent), so the Function, with tunekit's tuned backward, runs every other call.
+"""An op's differentiable call through C++ (``backends/fast_grad.cpp``): the tuned forward on the
+input, and torch's own autograd node for it (``SiluBackward0`` / ``GeluBackward0`` /
+``LogsumexpBackward0``: torch's backward, at torch's host cost, known to double backward and compiled
+autograd). It stands in front of the op's Python ``torch.autograd.Function`` and gives None where it
+does not take the call (the extension not built yet or not buildable, the forward gave None, e.g. no
+runner cached for the input, a forward-mode tangent), so the Function, with tunekit's tuned backward,
+runs every other call.
 
 ``backends/fast_grad.py`` says why (the Function's host time). The extension is built on a worker at
 the op's first differentiable call; until it is in place every call takes the Function.
@@ -21,12 +22,14 @@ def _not_taken(*args):
 
 
 class GradCall:
-    """``grad_call.call(x[, approximate])``: ``y`` with torch's grad_fn, or None. ``op``: the tunable op
-    of the forward (its ``fast_call`` is looked up on each call: it is replaced once its own extension
-    is installed); ``kind``: "silu" or "gelu", the torch node to record."""
+    """``grad_call.call(x, *extra)``: ``y`` with torch's grad_fn, or None. ``forward(x, *extra)``: the
+    forward on ``x`` (detached) giving ``y`` or None, e.g. ``lambda x: op.fast_call(x)`` (looked up on
+    each call: the fast call is replaced once its own extension is installed); ``kind``: "silu",
+    "gelu" (extra: approximate) or "logsumexp" (extra: the normalized dims as a tuple, keepdim), the
+    torch node to record."""
 
-    def __init__(self, op, kind: str):
-        self.op, self.kind = op, kind
+    def __init__(self, forward, kind: str):
+        self.forward, self.kind = forward, kind
         self.call = self._first
 
     def _first(self, x, *extra):
@@ -35,8 +38,4 @@ class GradCall:
         return self.call(x, *extra)
 
     def _install(self, module) -> None:
-        op = self.op
-
-        def forward(x, *extra):
-            return op.fast_call(x, *extra)
-        self.call = module.GradCall(forward, self.kind)
+        self.call = module.GradCall(self.forward, self.kind)

@@ -223,7 +223,7 @@ def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") 
     return _gelu_backward_call(params)
 
 
-_gelu_grad_call = GradCall(gelu_op, "gelu")
+_gelu_grad_call = GradCall(lambda x, approximate: gelu_op.fast_call(x, approximate), "gelu")
 
 
 # -- torch.library: tunekit::gelu, tunekit::gelu_backward (ops/_shared/custom_ops.py says why) -------

@@ -16,6 +16,7 @@ from .triton_forward import triton_logsumexp_candidates
 from .._shared import routing
 from .._shared.arguments import check_float_tensor, computes, traced_computes, writable_out
 from .._shared.custom_ops import compute_dtype, contiguous, save_inputs, tunekit_ops
+from .._shared.grad_call import GradCall
 from ...tunable.context import captured, inherited
 from ...tunable.registry import register
 from ...tunable.tunable_op import TunableOp
@@ -149,8 +150,23 @@ def logsumexp(input: torch.Tensor, dim, keepdim: bool = False, *, out: torch.Ten
         _logsumexp_call(LogsumexpParams(input, dims, keepdim, out))
         return out
     if grad:
+        if input.numel() <= TORCH_NODE_MAX_NUMEL:  # host-bound: torch's node (_shared/grad_call.py), or None
+            y = _logsumexp_grad_call.call(input, dims, keepdim)
+            if y is not None:
+                return y
         return LogsumexpFunction.apply(input, dims, keepdim)
     return _logsumexp_call(LogsumexpParams(input, dims, keepdim))
+
+
+#: Under autograd, inputs of at most this many elements get tunekit's forward with torch's own
+#: ``LogsumexpBackward0`` (torch's gradient formula and host cost) instead of LogsumexpFunction (the
+#: tuned fused gradient, at the Python Function's host cost: 167 against torch's 97 us forward +
+#: backward at 64x64 float32 on the CPU host). At this size torch's three-kernel gradient costs a few
+#: us of device time, well under the host time of any autograd call; above it the tuned gradient runs
+#: at memory speed where torch's took 2-6x longer (issue 22).
+TORCH_NODE_MAX_NUMEL = 1 << 16
+_logsumexp_grad_call = GradCall(lambda x, dims, keepdim: _logsumexp_call(LogsumexpParams(x, dims, keepdim)),
+                                "logsumexp")
 
 
 def _torch_call(input, dim, keepdim, out):
