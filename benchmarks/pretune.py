@@ -3,7 +3,9 @@
 Run on the GPU whose results are shipped: ``PYTHONPATH=src python benchmarks/pretune.py [--out DIR]
 [--families silu,gelu,gelu_tanh,logsumexp,gemm] [--budget-ms 1000] [--time-limit 500]``. Writes
 ``<GPU model>.csv`` (``tunable/shipped.py``: the results store's CSV export) into ``--out`` (default:
-``src/tunekit/pretuned``) after every signature, so a run cut short keeps what it tuned.
+``src/tunekit/pretuned``) after every signature, so a run cut short keeps what it tuned. ``--update``
+keeps the file's entries of the ops not tuned now (``--families gemm --update`` after a GEMM
+candidate changed: the other ops' entries are still valid).
 
 Signatures: the first-use suite's (silu, gelu, gelu tanh: forward and backward at its shapes;
 logsumexp forward and backward at the logsumexp suite's shapes; float32, float16, bfloat16) and
@@ -50,18 +52,18 @@ def _gemm_suite():
     return module
 
 
-def work(families, device) -> list[tuple[str, object]]:
-    """(label, a thunk that makes the params) per signature to tune, in order."""
+def work(families, device) -> list[tuple[str, str, object]]:
+    """(label, op name, a thunk that makes the op and params) per signature to tune, in order."""
     out = []
     for family in [f for f in families if f in FAMILIES]:
         for d, shape, dim, dtype in signatures(family, list(DTYPES), act_suite.TARGET_SHAPES, lse_suite.SHAPES):
             label = f"{d.family} {d.direction} {'x'.join(map(str, shape))}{'' if dim is None else f':{dim}'} {dtype}"
-            out.append((label, lambda d=d, shape=shape, dim=dim, dtype=dtype: (
+            out.append((label, d.op, lambda d=d, shape=shape, dim=dim, dtype=dtype: (
                 registry.get_op(d.op), d.example(shape, DTYPES[dtype], device, dim))))
     if "gemm" in families:
         gemm = _gemm_suite()
         for shape in gemm.select("default"):
-            out.append((f"mm {shape.name} bfloat16", lambda shape=shape: (
+            out.append((f"mm {shape.name} bfloat16", gemm.mm_op.name, lambda shape=shape: (
                 gemm.mm_op, gemm.example(shape, torch.bfloat16, device))))
     return out
 
@@ -70,7 +72,7 @@ def bundle_only(families, device, target: Path) -> int:
     """Prepare every shipped choice of ``target`` (this process's caches must start empty) and write
     the kernels bundle beside it."""
     table = shipped.entries_for(target)
-    for label, make in work(families, device):
+    for label, _, make in work(families, device):
         op, params = make()
         entry = table.get((op.name, params.signature()))
         prepare = None if entry is None else getattr(op.candidate(entry.choice), "prepare", None)
@@ -107,6 +109,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-ms", type=float, default=1000.0, help="tuning budget per signature")
     ap.add_argument("--time-limit", type=float, default=500.0, help="seconds; later signatures are left out")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu only shows that the script runs")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the file's entries of the ops not tuned now (e.g. --families gemm after a new "
+                         "GEMM candidate) and bundle every family's kernels")
     ap.add_argument("--bundle-only", action="store_true",
                     help="only write the kernels bundle of the shipped file in --out (in a process with empty caches)")
     ap.add_argument("--bundle-here", action="store_true", help=argparse.SUPPRESS)  # that process
@@ -125,7 +130,11 @@ def main(argv=None) -> int:
     settings = dataclasses.replace(context.current(), max_tuning_ms=args.budget_ms, results=store.path,
                                    use_shipped=False)
     start, todo = time.perf_counter(), work(args.families.split(","), device)
-    for i, (label, make) in enumerate(todo):
+    tuned_ops = {op_name for _, op_name, _ in todo}
+    kept = [e for e in shipped.entries_for(target).values() if e.op not in tuned_ops] if args.update else []
+    if args.update:
+        args.families = ",".join(FAMILIES + ("gemm",))  # the bundle holds the kept entries' kernels too
+    for i, (label, _, make) in enumerate(todo):
         if time.perf_counter() - start > args.time_limit:
             print(f"time limit: {len(todo) - i} signatures left out", flush=True)
             break
@@ -133,7 +142,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         entry = tune_params(op, params, settings)
         store.put(entry)
-        complete = [e for e in store.entries() if e.complete]
+        complete = kept + [e for e in store.entries() if e.complete]
         write_csv(target, sorted(complete, key=lambda e: (e.op, e.signature)))
         print(f"[{i + 1}/{len(todo)}] {label}: {entry.choice}{'' if entry.complete else ' (incomplete: not shipped)'}"
               f" {time.perf_counter() - t0:.1f} s", flush=True)

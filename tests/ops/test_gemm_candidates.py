@@ -53,7 +53,8 @@ def test_every_configuration(index):
 def test_every_candidate_of_both_ops_is_listed():
     names = {TritonGemm(*c).name for c in CONFIGS}
     assert len(names) == len(CONFIGS) >= 40
-    for op, torch_own in ((mm_op, {"torch_mm"}), (addmm_op, {"torch_addmm", "torch_addmm_epilogue"})):
+    cublaslt = {f"cublaslt_h{rank}" for rank in range(8)}
+    for op, torch_own in ((mm_op, {"torch_mm"} | cublaslt), (addmm_op, {"torch_addmm", "torch_addmm_epilogue"})):
         assert op.default is op.candidates[0] and op.default.name in torch_own
         assert {c.name for c in op.candidates} == names | torch_own
     assert mm_op.candidate(TritonGemm(*CONFIGS[0]).name) is not addmm_op.candidate(TritonGemm(*CONFIGS[0]).name)  # each op its own
@@ -233,7 +234,7 @@ def test_deterministic_mode_is_read_when_params_are_made():
 def test_not_worth_rules():
     """Cheap pruning: decode configurations for M <= 16 only (and only they there), the skinny kernel
     against a K-contiguous weight, tiles far larger than the problem, split-K only for few tiles."""
-    by_name = {c.name: c for c in mm_op.candidates[1:]}
+    by_name = {c.name: c for c in mm_op.candidates[1:] if isinstance(c, TritonGemm)}
     decode = next(c for c in by_name.values() if c.kind == "matmul" and c.config.BLOCK_M == 16)
     skinny = next(c for c in by_name.values() if c.kind == "skinny" and c.config.BLOCK_M == 1)
     big = next(c for c in by_name.values() if c.kind == "matmul" and c.config.BLOCK_M == 128 and c.config.SPLIT_K == 1)

@@ -9,7 +9,7 @@ import torch
 
 import tunekit
 from gemm_checks import matrix, randn, triton_on_cpu
-from tunekit.ops.gemm import AddmmParams, GemmParams, mm_op
+from tunekit.ops.gemm import AddmmParams, GemmParams, TritonGemm, mm_op
 from tunekit.ops.gemm.numerics import check_gemm, reference
 from tunekit.ops.gemm.torch_candidates import torch_addmm, torch_mm
 from tunekit.tunable.tunable_op import TunableOp
@@ -167,7 +167,7 @@ def test_tuning_the_mm_op_rejects_a_broken_triton_candidate(monkeypatch):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     a, b = matrix(24, 40, torch.bfloat16, device), matrix(40, 32, torch.bfloat16, device, seed=1)
     p = GemmParams(a, b)
-    broken = next(c for c in mm_op.candidates[1:] if c.supports(p) is None)
+    broken = next(c for c in mm_op.candidates[1:] if isinstance(c, TritonGemm) and c.supports(p) is None)
     run = broken.run
 
     def wrong(params, **kw):

@@ -103,6 +103,21 @@ def test_budget_spent_with_an_ambiguous_challenger_keeps_the_default():
         assert find_fastest(op, ScaleParams(x), s, clock=clock).choice == "close"
 
 
+def test_a_challenger_must_save_more_device_time_than_its_call_adds_on_the_host():
+    """op.challenger_host_ms: a 10% faster challenger saving 0.4 ms is kept out by a 0.5 ms floor, one
+    saving 0.6 ms is not (fake times in ms)."""
+    op, clock = fresh_op({"ref": 4.0, "close": 3.6})
+    op.challenger_host_ms = 0.5
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=1000.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+        assert report.choice == "ref" and report.complete
+        assert "less than the 500.0 us of host time" in report.candidates["close"].reason
+        op2, clock2 = fresh_op({"ref": 6.0, "close": 5.4})
+        op2.challenger_host_ms = 0.5
+        assert find_fastest(op2, ScaleParams(x), s, clock=clock2).choice == "close"
+
+
 def test_a_challenger_that_fails_the_numerical_check_never_runs_however_fast():
     op, clock = fresh_op({"ref": 10.0, "wrong": 0.01, "nan": 0.01}, behaviours={"wrong": "wrong", "nan": "half"})
     x = torch.randn(64)

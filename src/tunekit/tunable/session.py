@@ -16,6 +16,9 @@ numerical check probes decisively faster (:data:`DECISIVE`), then that challenge
   clear: a checked challenger whose probe is several times faster is no noise. After the budget,
   the choice is the incumbent (or, with complete rounds, the margin rule's winner), and the entry
   is stored incomplete so the next process resumes it.
+- A challenger must also save more device time than its call adds on the host where the default's
+  call path is cheaper (``op.challenger_host_ms``; GEMM: torch's kernels are called from C++ routes,
+  a challenger through the general path): otherwise a host-bound program gets slower.
 
 The session owns copies of the inputs (the caller's tensors may change between calls), the input
 sets that keep timed runs cold in L2, and each candidate's captured measurement; it drops them when
@@ -336,7 +339,8 @@ class TuningSession:
         best = min(times, key=times.get)
         base = times[default]
         margin = self.settings.margin if rounds_done else 1.0 - 1.0 / DECISIVE
-        choice = best if best != default and times[best] < base * (1.0 - margin) else default
+        saves = base - times[best] >= self.op.challenger_host_ms  # more device time than its call adds on the host
+        choice = best if best != default and times[best] < base * (1.0 - margin) and saves else default
         for name in times:
             self.records[name] = self._record(name, times, choice, best, margin, rounds_done)
         report = self._finish(choice, self._screened() and rounds_done)
@@ -356,6 +360,9 @@ class TuningSession:
         why = f"{t / times[choice]:.2f}x the time of {choice}" if times[choice] > 0 else "slower"
         if name == best and choice == default:
             why = f"faster by {1 - t / base:.1%}, within the {margin:.0%} margin"
+            if t < base * (1.0 - margin):
+                why = (f"saves {(base - t) * 1e3:.1f} us, less than the {self.op.challenger_host_ms * 1e3:.1f} us of "
+                       "host time a call of a challenger adds")
             if not rounds_done:
                 why += " (the budget ran out before the timed rounds: only a decisive lead counts)"
         return CandidateRecord("slower", time_ms=t, reason=why)

@@ -100,8 +100,7 @@ class TunableOp:
         self._tolerance, self._numerics = tolerance, numerics
         #: host clock for tuning budgets and CPU timings (tests inject a fake one)
         self.clock = time.perf_counter
-        self.candidates: list = []
-        self.default = None
+        self.candidates, self.default = [], None
         self._by_name: dict[str, object] = {}
         self._choices: dict[tuple, dict] = {}  # cache_id -> {cache_key: candidate (or preparations.ParkedChoice)}
         self._decided: dict[tuple, dict[str, Resolution]] = {}  # cache_id -> {signature: Resolution}
@@ -111,6 +110,8 @@ class TunableOp:
         self._hashes: dict[str, str] | None = None  # the candidates' source hashes, until one is added
         #: the most candidates with a compile (``prepare``) an online session tries (None: all; preparations.py)
         self.online_preparations: int | None = None
+        #: ms of device time a challenger must save beyond the margin: host time its call path adds (session.py)
+        self.challenger_host_ms = 0.0
         #: called whenever choices are dropped (forget, forget_untuned): caches derived elsewhere go too
         self.on_forget: list[Callable[[], None]] = []
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
@@ -118,8 +119,7 @@ class TunableOp:
         #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py): in
         #: Python until a runner is cached, then what ``fast_calls(runners, install)`` installs (C++, see there)
         self.fast_call = fast_path.python_fast_call(self._runners)
-        self._fast_calls = fast_calls
-        self._fast_call_made = False
+        self._fast_calls, self._fast_call_made = fast_calls, False
 
     # -- registration ---------------------------------------------------------------------------
     def add(self, impl, *, name: str | None = None, supports=None, default: bool = False, fast_runner=None):

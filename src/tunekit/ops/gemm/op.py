@@ -3,17 +3,16 @@
 ``mm`` (:class:`GemmParams`: mm, bmm, matmul, linear without bias, the fused linear's product, every
 backward GEMM) and ``addmm`` (:class:`AddmmParams`: addmm, addmm_, baddbmm, linear with a bias).
 Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), for addmm torch's fused epilogue
-(``torch_addmm_epilogue``), then the Triton configurations (``triton_candidates.py``), checked by the
-GEMM numerical check (``numerics.py``).
-
-cuBLASLt algorithms through ``nvmath-python`` are not a candidate yet (nvmath is not installed where
-tunekit runs); ``docs/gemm.md`` says where it would go.
+(``torch_addmm_epilogue``), for mm cuBLASLt's ranked algorithms (``cublaslt_candidates.py``: the
+library torch loaded, through ctypes), then the Triton configurations (``triton_candidates.py``),
+checked by the GEMM numerical check (``numerics.py``).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .cublaslt_candidates import cublaslt_candidates
 from .numerics import check_gemm
 from .params import AddmmParams, GemmParams
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
@@ -21,10 +20,17 @@ from .triton_candidates import triton_candidates
 from ...tunable.registry import register
 from ...tunable.tunable_op import TunableOp
 
-__all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of", "ONLINE_PREPARATIONS"]
+__all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of", "ONLINE_PREPARATIONS",
+           "CHALLENGER_HOST_MS"]
 
 #: Triton configurations an online tuning session compiles per GEMM signature (tunable/preparations.py)
 ONLINE_PREPARATIONS = 4
+#: ms of device time a challenger must save over torch's kernel (tunable/session.py): what a call through
+#: tunekit's general path costs the host beyond a call of torch's kernel through the C++ routes (23.9
+#: against 15.1 us per linear on the H200 host, benchmarks/results/gemm_host_time-NVIDIA_H200.md). With
+#: no such floor, cuBLASLt algorithms 2-5% faster on 10-30 us GEMMs took a patched LLaMA-style step to
+#: 0.75x (model_step-gemm_patched-NVIDIA_H200.md of 2026-11-26).
+CHALLENGER_HOST_MS = 0.010
 
 
 def mnk_of(shape) -> tuple[int, int, int, int | None]:
@@ -79,6 +85,8 @@ def _make_addmm_params(c, a, b, *, beta=1, alpha=1, out=None, activation: str = 
 mm_op = register(TunableOp("mm", GemmParams, make_params=_make_params, make_example=make_example,
                            numerics=check_gemm))
 mm_op.add(torch_mm, default=True)
+for _c in cublaslt_candidates():
+    mm_op.add(_c)
 addmm_op = register(TunableOp("addmm", AddmmParams, make_params=_make_addmm_params, make_example=make_addmm_example,
                               numerics=check_gemm))
 addmm_op.add(torch_addmm, default=True)
@@ -89,3 +97,4 @@ for _op in (mm_op, addmm_op):
     # Online, a signature compiles its first 4 Triton configurations worth trying (CONFIGS is best first per
     # shape class: the winners measured on H100 / H200 lead each kind); `tunekit tune` compiles all forty.
     _op.online_preparations = ONLINE_PREPARATIONS
+    _op.challenger_host_ms = CHALLENGER_HOST_MS

@@ -1,0 +1,122 @@
+"""cuBLASLt's ranked algorithms as mm candidates (ops/gemm/cublaslt_candidates.py): each rank run
+directly against a float64 reference (every dtype, row / column-major operands, odd and decode sizes,
+misaligned bases, a given out, TF32 on and off, NaN / inf), what supports refuses and why, a side
+stream, CUDA-graph capture, and tuning that may choose one."""
+
+import pytest
+import torch
+
+import tunekit
+from gemm_checks import DTYPES, check, matrix, nans
+from tunekit.ops.gemm import GemmParams, mm_op
+from tunekit.ops.gemm.cublaslt_candidates import CublasLtAlgorithm, cublaslt_candidates
+
+RANKS = [c.name for c in cublaslt_candidates()]
+
+
+def test_every_rank_is_a_candidate_of_mm_and_declines_cpu_tensors():
+    for name in RANKS:
+        c = mm_op.candidate(name)
+        assert isinstance(c, CublasLtAlgorithm) and c.supports(GemmParams(torch.randn(4, 5), torch.randn(5, 3))) == \
+            "CUDA only"
+
+
+def _offered(c, p):
+    why = c.supports(p)
+    if why is not None and "offers" in why:
+        pytest.skip(why)  # the heuristic ranks fewer algorithms for this problem
+    assert why is None, why
+    return c
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rank", range(len(RANKS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M, N, K, a_layout, b_layout", [
+    (64, 48, 96, "row", "col"), (777, 155, 333, "row", "row"), (16, 512, 1024, "row", "col"),
+    (1, 256, 4096, "row", "col"), (33, 65, 17, "col", "row"), (40, 24, 64, "misaligned", "col")])
+def test_each_rank_directly(rank, dtype, M, N, K, a_layout, b_layout):
+    a = matrix(M, K, dtype, "cuda", a_layout, seed=rank)
+    b = matrix(K, N, dtype, "cuda", b_layout, seed=rank + 1)
+    p = GemmParams(a, b, nans((M, N), dtype, "cuda"))
+    c = _offered(CublasLtAlgorithm(rank), p)
+    assert c.run(p) is p.out
+    check(p.out, a, b, tf32=p.tf32)
+    fresh = c.run(GemmParams(a, b))
+    check(fresh, a, b, tf32=p.tf32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32", [False, True])
+def test_float32_follows_torchs_tf32_switch(tf32):
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        a, b = matrix(96, 256, torch.float32, "cuda"), matrix(256, 80, torch.float32, "cuda", "col", seed=1)
+        p = GemmParams(a, b)
+        assert p.tf32 is tf32
+        check(_offered(CublasLtAlgorithm(0), p).run(p), a, b, tf32=tf32)  # without TF32: float32's bound
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.mark.gpu
+def test_nan_and_inf_land_where_torchs_do():
+    a, b = matrix(32, 64, torch.bfloat16, "cuda"), matrix(64, 40, torch.bfloat16, "cuda", seed=1)
+    a[3, 5], a[7, 1], b[2, 9] = float("nan"), float("inf"), float("-inf")
+    p = GemmParams(a, b)
+    check(_offered(CublasLtAlgorithm(0), p).run(p), a, b)
+
+
+@pytest.mark.gpu
+def test_what_supports_refuses():
+    a, b = matrix(32, 64, torch.bfloat16, "cuda"), matrix(64, 40, torch.bfloat16, "cuda", seed=1)
+    c = CublasLtAlgorithm(0)
+    assert "no epilogue" in c.supports(GemmParams(a, b, activation="gelu"))
+    assert "dense" in c.supports(GemmParams(matrix(32, 64, torch.bfloat16, "cuda", "sliced"), b))
+    assert "one dtype" in c.supports(GemmParams(a, b.float()))
+    assert "empty" in c.supports(GemmParams(a[:, :0], b[:0]))
+    assert "out" in c.supports(GemmParams(a, b, out=nans((40, 32), torch.bfloat16, "cuda").t()))
+    assert "out" in c.supports(GemmParams(a, b, out=a[:, :40]))  # overlaps an operand
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert "deterministic" in c.supports(GemmParams(a, b))
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+@pytest.mark.gpu
+def test_a_side_stream_and_a_cuda_graph():
+    a, b = matrix(256, 512, torch.bfloat16, "cuda"), matrix(512, 384, torch.bfloat16, "cuda", "col", seed=1)
+    p = GemmParams(a, b)
+    c = _offered(CublasLtAlgorithm(0), p)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = c.run(p)
+    torch.cuda.current_stream().wait_stream(side)
+    check(y, a, b)
+    c.run(p)  # the plan and this stream's workspace made outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        z = c.run(p)
+    z.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(z, a, b)
+
+
+@pytest.mark.gpu
+def test_tuning_times_the_ranks_and_the_public_call_stays_right():
+    x, w = matrix(512, 1024, torch.bfloat16, "cuda"), matrix(768, 1024, torch.bfloat16, "cuda", seed=1)
+    mm_op.forget()
+    with tunekit.tuning(results=":memory:", max_tuning_ms=60000, tuning_step_ms=float("inf")):
+        y = tunekit.linear(x, w)
+        decision = mm_op.decision(GemmParams(x, w.t()))
+    check(y, x, w.t())
+    assert decision is not None and decision.entry is not None and decision.entry.complete
+    records = decision.entry.candidates
+    assert records["cublaslt_h0"].status not in ("unsupported", "numerics"), records["cublaslt_h0"]
+    timed = [n for n in RANKS if n in records and records[n].time_ms is not None]
+    assert timed, records  # the ranks were timed beside torch's kernel
