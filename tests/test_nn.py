@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import tunekit
 from op_spies import CandidateRuns
+from tunekit.backends import fast_grad
 from tunekit.tunable.numerics import tolerance
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -87,7 +88,7 @@ def test_forward_runs_tunekit_and_matches_float64(make, make_torch, reference, d
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("make, make_torch, reference", MODULES, ids=IDS)
-def test_gradients_through_the_modules_use_tunekit_backward(make, make_torch, reference, dtype, runs):
+def test_gradients_through_the_modules(make, make_torch, reference, dtype, runs):
     m, t = make(), make_torch()
     x = rand((21, 64), dtype, requires_grad=True)
     dy = torch.randn(21, 64).to(dtype)
@@ -95,8 +96,12 @@ def test_gradients_through_the_modules_use_tunekit_backward(make, make_torch, re
     x64 = x.detach().double().requires_grad_()
     (dx64,) = torch.autograd.grad(reference(x64), x64, dy.double())
     with tunekit.tuning(tuning=False):
-        (dx,) = torch.autograd.grad(m(x), x, dy)
-    assert runs.count(op_of(m) + "_backward") == 1
+        y = m(x)
+        (dx,) = torch.autograd.grad(y, x, dy)
+    # torch's own node from C++ (ops/_shared/grad_call.py; conftest builds it), else tunekit's Function
+    taken = fast_grad.load() is not None
+    assert runs.count(op_of(m) + "_backward") == (0 if taken else 1)
+    assert ("Backward0" if taken else "Function") in y.grad_fn.name()
     assert_close(dx, dx_torch, dtype, gelu=op_of(m) == "gelu")
     assert_close(dx, dx64, dtype, gelu=op_of(m) == "gelu")
 
@@ -131,7 +136,8 @@ def test_a_model_of_tunekit_modules_trains_like_torchs(runs):
     x = torch.randn(64, 16)
     for model in (ours, theirs):
         model(x).square().mean().backward()
-    assert runs.count("gelu") >= 1 and runs.count("gelu_backward") >= 1
+    assert runs.count("gelu") >= 1  # the backward: torch's node (ops/_shared/grad_call.py), else tunekit's
+    assert runs.count("gelu_backward") == 0 if fast_grad.load() is not None else runs.count("gelu_backward") >= 1
     for p, q in zip(ours.parameters(), theirs.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=2e-5, atol=1e-6)
 

@@ -21,7 +21,7 @@ from tunekit import offline
 from tunekit.offline import claims as _claims, parallel, tune_one
 from tunekit.ops.gelu import GeluBackwardParams, GeluParams
 from tunekit.ops.logsumexp import LogsumexpBackwardParams, LogsumexpParams
-from tunekit.ops.silu import SiluBackwardParams, SiluParams
+from tunekit.ops.silu import SiluBackwardParams, SiluFunction, SiluParams
 from tunekit.tunable import ResultsImportError, explain, results_store, tuning, validators
 from tunekit.tunable.find_fastest import find_fastest
 from tunekit.tunable.registry import get_op
@@ -197,7 +197,9 @@ def _record_mixed(path):
         tunekit.logsumexp(torch.randn(4, 16), -1)
         tunekit.silu(torch.randn(24), inplace=True)
         x = torch.randn(20, requires_grad=True)
-        tunekit.silu(x).sum().backward()  # records silu (n=20) and silu_backward with an expanded dy
+        # records silu (n=20) and silu_backward with an expanded dy (the Function: tunekit.silu under
+        # autograd records torch's own node, whose backward is torch's)
+        SiluFunction.apply(x).sum().backward()
 
 
 def test_record_then_tune_offline_then_the_stored_results_run(isolated_results):

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 import tunekit
 from op_spies import CandidateRuns
+from tunekit.backends import fast_grad
 from tunekit.ops._shared import routing as _routing
 from tunekit.tunable.numerics import tolerance
 
@@ -141,7 +142,9 @@ def test_tuned_patched_calls_match_torch(dtype, runs):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("which", ["silu", "gelu", "gelu_tanh", "logsumexp"])
-def test_gradients_through_patched_functions_use_tunekit_backward(which, dtype, runs):
+def test_gradients_through_patched_functions(which, dtype, runs):
+    """silu / gelu: tunekit's forward with torch's own node (ops/_shared/grad_call.py; conftest builds
+    it); logsumexp above TORCH_NODE_MAX_NUMEL: tunekit's tuned gradient."""
     fn = {"silu": lambda t: F.silu(t), "gelu": lambda t: F.gelu(t),  # looked up at call time: patched
           "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "logsumexp": lambda t: torch.logsumexp(t, -1)}[which]
     backward_op = {"gelu_tanh": "gelu"}.get(which, which) + "_backward"
@@ -154,7 +157,8 @@ def test_gradients_through_patched_functions_use_tunekit_backward(which, dtype, 
         y = fn(x)
         assert y.grad_fn is not None and runs.count(backward_op) == 0
         (dx,) = torch.autograd.grad(y, x, dy)
-    assert runs.count(backward_op) == 1
+    torch_node = which != "logsumexp" and fast_grad.load() is not None
+    assert runs.count(backward_op) == (0 if torch_node else 1)
     op = "gelu" if which.startswith("gelu") else which
     close(y, y_torch, dtype, op)
     close(dx, dx_torch, dtype, op)

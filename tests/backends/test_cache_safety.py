@@ -36,7 +36,10 @@ def test_folders_are_created_private_and_entries_carry_their_hash(tmp_path, buil
     assert mode(folder) == 0o700 and mode(path) & 0o022 == 0
     recorded = open(path + ".sha256").read().strip()
     assert recorded == hashlib.sha256(open(path, "rb").read()).hexdigest()
-    assert sorted(p.name for p in folder.iterdir()) == sorted([os.path.basename(path), os.path.basename(path) + ".sha256"])
+    lock = f".{MODULE}.lock"  # the build's lock, per extension
+    assert sorted(p.name for p in folder.iterdir()) == sorted([os.path.basename(path), os.path.basename(path) + ".sha256",
+                                                               lock])
+    assert mode(folder / lock) & 0o077 == 0
     assert extension.verify(path) is None
 
 
@@ -196,3 +199,34 @@ def test_threads_compiling_one_cubin_compile_it_once(cubins, monkeypatch):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         results = list(pool.map(compile_after_all_arrive, range(8)))
     assert len(set(results)) == 1 and len(compiles) == 1
+
+
+def test_different_extensions_build_side_by_side_and_one_extension_builds_once(tmp_path, monkeypatch):
+    """The build lock is per extension: a slow build of one (the C++ ones take 12-14 s) must not hold
+    back another (the C launcher, which every CUDA C candidate waits for); two builds of one
+    extension still run one at a time and the second finds the first's result."""
+    import threading
+    import time
+
+    folder = tmp_path / "launch"
+    cache.private_dir(folder)
+    spans, compile_real = {}, extension._compile
+
+    def slow_compile(code, source, command, flags, base, path):
+        start = time.monotonic()
+        time.sleep(0.5)
+        compile_real(code, source, command, flags, base, path)
+        spans.setdefault(os.path.basename(path).split("-")[0], []).append((start, time.monotonic()))
+
+    monkeypatch.setattr(extension, "_compile", slow_compile)
+    builds = [lambda: extension.build("fast_launch.c", "tunekit_a", directory=folder),
+              lambda: extension.build("fast_launch.c", "tunekit_b", directory=folder),
+              lambda: extension.build("fast_launch.c", "tunekit_b", directory=folder)]
+    threads = [threading.Thread(target=b) for b in builds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(spans["tunekit_a"]) == 1 and len(spans["tunekit_b"]) == 1  # the second b found the first's build
+    (a0, a1), (b0, b1) = spans["tunekit_a"][0], spans["tunekit_b"][0]
+    assert a0 < b1 and b0 < a1, "two different extensions did not build at the same time"

@@ -69,8 +69,8 @@ def test_build_is_cached_and_atomic(tmp_path):
     first = fast_launch.build(tmp_path)
     built = os.stat(first).st_ino
     assert fast_launch.build(tmp_path) == first and os.stat(first).st_ino == built  # found, not rebuilt
-    name = os.path.basename(first)  # the library and its SHA-256, no temporaries left behind
-    assert sorted(p.name for p in tmp_path.iterdir()) == [name, name + ".sha256"]
+    name = os.path.basename(first)  # the library, its SHA-256 and the build's lock; no temporaries left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, name + ".sha256", ".tunekit_fast_launch.lock"])
 
 
 class FailingFirst(RecordingDriver):

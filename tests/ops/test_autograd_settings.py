@@ -9,11 +9,15 @@ import pytest
 import torch
 
 import tunekit
+from tunekit.ops.gelu import GeluFunction
+from tunekit.ops.silu import SiluFunction
 from tunekit.tunable import results_store
 
+#: the autograd Functions (tunekit.silu / gelu record torch's own node where the C++ extension builds,
+#: ops/_shared/grad_call.py: no tunekit backward, no settings to carry)
 CASES = {
-    "silu": (lambda x: tunekit.silu(x), "silu_backward"),
-    "gelu": (lambda x: tunekit.gelu(x, approximate="tanh"), "gelu_backward"),
+    "silu": (lambda x: SiluFunction.apply(x), "silu_backward"),
+    "gelu": (lambda x: GeluFunction.apply(x, "tanh"), "gelu_backward"),
     "logsumexp": (lambda x: tunekit.logsumexp(x, 1), "logsumexp_backward"),
 }
 #: logsumexp's tuned backward runs above TORCH_NODE_MAX_NUMEL elements (below it, torch's node)
@@ -40,7 +44,7 @@ def test_backward_runs_under_the_forward_tuning_block(case, device, tmp_path, is
 
 def test_a_block_around_the_backward_itself_wins(tmp_path):
     x = torch.randn(64, requires_grad=True)
-    y = tunekit.silu(x)  # forward under the defaults
+    y = SiluFunction.apply(x)  # forward under the defaults
     scoped = tmp_path / "scoped.sqlite"
     with tunekit.tuning(results=str(scoped), tuning=False, record_untuned=True):
         y.sum().backward()  # CPU: the backward runs on this thread, inside the block

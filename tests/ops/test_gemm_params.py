@@ -128,3 +128,16 @@ def test_record_then_tune_offline(isolated_results):
     mm_op.forget()
     with tunekit.tuning(tuning=False):
         assert tunekit.explain("mm", a, b).why == "stored result"
+
+
+def test_the_fastest_possible_time_is_a_roofline_bound_on_a_gpu_and_none_on_the_cpu():
+    assert GemmParams(torch.randn(64, 32), torch.randn(32, 48)).fastest_possible_ms() == 0.0
+    if not torch.cuda.is_available():
+        return
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    bound = GemmParams(a, a).fastest_possible_ms()
+    major = torch.cuda.get_device_capability()[0]
+    if major == 9:  # H100 / H200: 989 TFLOP/s dense bf16, 1.11 ms for this GEMM at the peak
+        assert 0.5 < bound <= 2 * 8192 ** 3 / 989e12 * 1e3
+    else:
+        assert bound == 0.0 if major not in (8, 10) else bound > 0

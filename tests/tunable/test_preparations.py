@@ -187,3 +187,29 @@ def test_a_spent_budget_ends_the_session_without_waiting_for_compiles():
     finally:
         _release(gate, held)
     assert prepared == []
+
+
+def test_a_default_no_challenger_could_beat_by_the_ops_floor_is_chosen_without_compiling():
+    """op.challenger_host_ms: when the default's probe is under what a challenger must save (here no
+    bound on the fastest possible time: ScaleParams has none), nothing is compiled and the default is
+    the complete choice; with a slow default the challengers are compiled and timed as before."""
+    op, prepared = _compiling_op({"ref": 0.004, "a": 0.001, "b": 0.0005})
+    op.challenger_host_ms = 0.010
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=1000.0):
+        for _ in range(50):
+            op(ScaleParams(x))
+            if not op.tuning_in_progress(ScaleParams(x)):
+                break
+        r = op.decision(ScaleParams(x))
+    assert prepared == [] and r.candidate.name == "ref" and r.entry.complete
+    assert all("cannot save 10.0 us" in r.entry.candidates[n].reason for n in ("a", "b", "ref"))
+    slow, prepared_slow = _compiling_op({"ref": 4.0, "a": 1.0})
+    slow.challenger_host_ms = 0.010
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=1000.0):
+        for _ in range(500):
+            slow(ScaleParams(x))
+            if not slow.tuning_in_progress(ScaleParams(x)):
+                break
+            time.sleep(0.001)
+        assert slow.decision(ScaleParams(x)).candidate.name == "a" and prepared_slow == ["a"]

@@ -8,8 +8,8 @@ from it (:mod:`tunekit.backends.cache`: a private folder, entries owned by this 
 nobody else), and every built ``.so`` has its SHA-256 in a side file (``<name>.so.sha256``) that
 must match before it is loaded. An entry that fails either check, or fails to load (a torn or
 corrupt file), is rebuilt once. Builds go to a temporary folder, then are renamed into place under an
-exclusive lock on the cache folder, so concurrent first uses (threads or processes) never see a torn
-file and build once.
+exclusive lock per extension in the cache folder, so concurrent first uses (threads or processes) never
+see a torn file and build once, while different extensions build side by side.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def build(source: str, module: str, *, cxx: bool = False, flags: tuple[str, ...]
     path = os.path.join(base, f"{module}-{key}{suffix}")
     if not rebuild and verify(path) is None:
         return path
-    with _exclusive(base):
+    with _exclusive(base, module):
         if not rebuild and verify(path) is None:  # built by whoever held the lock before us
             return path
         _compile(code, source, [*cc.split(), "-O2", "-shared", "-fPIC", f"-I{include}"], list(flags), base, path)
@@ -101,17 +101,23 @@ def _compile(code: str, source: str, command: list[str], flags: list[str], base,
         os.replace(out, path)  # take the lock, and find both new once we release it
 
 
-_thread_lock = threading.Lock()
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _exclusive(folder):
-    """This process's threads, and other processes, one at a time in ``folder`` (flock on it)."""
-    with _thread_lock:
+def _exclusive(folder, module: str):
+    """This process's threads, and other processes, one at a time for ``module`` in ``folder`` (flock on
+    ``.<module>.lock`` there). Per module, not per folder: with one lock for the folder, the C launcher's
+    1 s build waited behind the C++ extensions' 12-14 s builds on a fresh machine, and every CUDA C
+    candidate's preparation with it."""
+    with _thread_locks_lock:
+        lock = _thread_locks.setdefault(module, threading.Lock())
+    with lock:
         if fcntl is None:
             yield
             return
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(os.path.join(folder, f".{module}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -157,7 +157,7 @@ def silu(input: torch.Tensor, inplace: bool = False, *, out: torch.Tensor | None
             return _F_silu(input)
         if not (input.requires_grad and _grad_enabled()):
             return _silu_call(SiluParams(input))
-        y = _silu_grad_call.call(input)  # the runner, torch's grad_fn (_shared/grad_call.py), or None
+        y = _silu_grad_call.call(input)  # tunekit forward, torch.s grad_fn (_shared/grad_call.py), or None
         return y if y is not None else SiluFunction.apply(input)
     if inplace and out is not None:
         raise ValueError("tunekit.silu: pass either out= or inplace=True, not both")
@@ -193,7 +193,14 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 swish = silu
-_silu_grad_call = GradCall(lambda x: silu_op.fast_call(x), "silu")
+def _silu_forward(x):
+    """The forward under torch's node: the cached runner, else the general path (a Triton choice has no
+    runner; a signature still tuning resumes its session here)."""
+    y = silu_op.fast_call(x)
+    return y if y is not None else _silu_call(SiluParams(x))
+
+
+_silu_grad_call = GradCall(_silu_forward, "silu")
 
 
 # -- torch.library: tunekit::silu, tunekit::silu_backward (ops/_shared/custom_ops.py says why) -------

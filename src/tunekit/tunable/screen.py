@@ -30,7 +30,7 @@ from .entries import CandidateRecord
 from .params import OpParams, make_trial, output_tensors, trial_outputs
 from .timing import l2_cache_bytes
 
-__all__ = ["Budget", "Screened", "supports", "reference", "check", "screen", "input_sets", "synchronize", "reason",
+__all__ = ["Budget", "WorkBudget", "Screened", "supports", "reference", "check", "screen", "input_sets", "synchronize", "reason",
            "MAX_INPUT_SETS"]
 
 #: copies of the inputs at most (each a full copy: memory is the limit on large inputs)
@@ -50,6 +50,30 @@ class Budget:
 
     def spent_ms(self) -> float:
         return (self.clock() - self.start) * 1e3
+
+
+class WorkBudget:
+    """``ms`` of work on ``clock``, counted only between :meth:`resume` and :meth:`pause` (the
+    session's time inside calls), with the interface of :class:`~tunekit.tunable.screen.Budget`."""
+
+    def __init__(self, ms: float, clock: Callable[[], float]):
+        self.clock, self.total_ms, self.spent = clock, ms, 0.0
+        self._since: float | None = None
+
+    def resume(self) -> None:
+        self._since = self.clock()
+
+    def pause(self) -> None:
+        if self._since is not None:
+            self.spent += self.clock() - self._since
+            self._since = None
+
+    def spent_ms(self) -> float:
+        running = self.clock() - self._since if self._since is not None else 0.0
+        return (self.spent + running) * 1e3
+
+    def left_ms(self) -> float:
+        return self.total_ms - self.spent_ms()
 
 
 def synchronize(device: torch.device) -> None:

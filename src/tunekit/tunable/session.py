@@ -41,7 +41,7 @@ from .entries import CandidateRecord
 from .host_time import prefer_less_host_time
 from .params import OpParams, make_trial
 from .preparations import Preparations
-from .screen import check, input_sets, reference, supports
+from .screen import WorkBudget, check, input_sets, reference, supports
 from .timing import Timer, make_timer
 
 __all__ = ["TuningSession", "TuningReport", "WorkBudget", "DECISIVE", "MIN_ROUNDS", "MAX_ROUNDS"]
@@ -54,6 +54,9 @@ DECISIVE = 1.25
 #: how many of the latest pieces of work predict the next one's duration (advance's look-ahead): a
 #: few, so one slow piece (a first launch) does not shorten every later call's share
 UNIT_WINDOW = 3
+#: the default's probe times this is the most its timed rounds are taken to read (probes are one pass:
+#: a few percent of noise), when judging whether any challenger could save the op's challenger_host_ms
+PROBE_SLACK = 1.05
 _WAIT = object()  # yielded when every remaining check waits for a background preparation
 
 @dataclass
@@ -62,30 +65,6 @@ class TuningReport:
     complete: bool
     candidates: dict[str, CandidateRecord] = field(default_factory=dict)
     tuning_ms: float = 0.0
-
-
-class WorkBudget:
-    """``ms`` of work on ``clock``, counted only between :meth:`resume` and :meth:`pause` (the
-    session's time inside calls), with the interface of :class:`~tunekit.tunable.screen.Budget`."""
-
-    def __init__(self, ms: float, clock: Callable[[], float]):
-        self.clock, self.total_ms, self.spent = clock, ms, 0.0
-        self._since: float | None = None
-
-    def resume(self) -> None:
-        self._since = self.clock()
-
-    def pause(self) -> None:
-        if self._since is not None:
-            self.spent += self.clock() - self._since
-            self._since = None
-
-    def spent_ms(self) -> float:
-        running = self.clock() - self._since if self._since is not None else 0.0
-        return (self.spent + running) * 1e3
-
-    def left_ms(self) -> float:
-        return self.total_ms - self.spent_ms()
 
 
 class TuningSession:
@@ -196,6 +175,9 @@ class TuningSession:
         if len(supported):
             self.probe[op.default.name] = self._measure(op.default)
             yield
+            if self._no_challenger_can_win(supported):
+                return
+        self._start_preparations()
         yield from self._check_all(supported, expected, survivors)
         if len(survivors) == 1:
             self.records[op.default.name] = CandidateRecord("chosen", reason="the only candidate that can run")
@@ -210,6 +192,7 @@ class TuningSession:
         online session prepares at most the op's ``online_preparations`` candidates, the first worth
         trying in the op's order (best first): see :mod:`tunekit.tunable.preparations`."""
         supported, cap = [], self.op.online_preparations if self.background else None
+        self._to_prepare: list[tuple[str, object]] = []
         for c in self.op.candidates:
             if c is self.op.default:
                 continue
@@ -219,14 +202,40 @@ class TuningSession:
                 continue
             prepare = getattr(c, "prepare", None)
             if self.background and prepare is not None:
-                if cap is not None and len(self.preparations) >= cap:
+                if cap is not None and len(self._to_prepare) >= cap:
                     self.records[c.name] = CandidateRecord("skipped", reason=f"online tuning compiles the first {cap} "
                                                            "candidates worth trying; offline tuning tries every one")
                     self.deferred.add(c.name)
                     continue
-                self.preparations.start(c.name, prepare, self.trial)
+                self._to_prepare.append((c.name, prepare))
             supported.append(c)
+        if not self.op.challenger_host_ms:  # nothing to learn from the default's probe first: compile now
+            self._start_preparations()
         return supported
+
+    def _start_preparations(self) -> None:
+        for name, prepare in self._to_prepare:
+            self.preparations.start(name, prepare, self.trial)
+        self._to_prepare = []
+
+    def _no_challenger_can_win(self, supported) -> bool:
+        """Whether no challenger could save ``op.challenger_host_ms`` over the default's probe, even at
+        the params' ``fastest_possible_ms()`` (a roofline bound; 0 without one): then the default is
+        the choice, complete, and nothing is compiled (a LLaMA-style step's 10-30 us GEMMs queued
+        thirty Triton compiles that could not have won)."""
+        floor, default = self.op.challenger_host_ms, self.op.default.name
+        fastest = getattr(self.trial, "fastest_possible_ms", lambda: 0.0)()
+        base = self.probe[default]
+        if not floor or base * PROBE_SLACK - floor >= fastest:
+            return False
+        why = (f"cannot save {floor * 1e3:.1f} us: the default's probe is {base * 1e3:.1f} us and no candidate can "
+               f"take under {fastest * 1e3:.1f} us")
+        for c in supported:
+            self.records[c.name] = CandidateRecord("skipped", reason=why)
+        self._to_prepare = []
+        self.records[default] = CandidateRecord("chosen", time_ms=base, reason=why)
+        self._finish(default, True)
+        return True
 
     def _check_all(self, supported, expected, survivors):
         """Each candidate checked, then probed, as its preparation allows; a decisive one becomes the incumbent."""

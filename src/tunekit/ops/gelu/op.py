@@ -182,7 +182,7 @@ def gelu(input: torch.Tensor, *, approximate: str = "none", out: torch.Tensor | 
             return _gelu(input, approximate=approximate)
         if not (input.requires_grad and _grad_enabled()):
             return _gelu_call(GeluParams(input, approximate))
-        y = _gelu_grad_call.call(input, approximate)  # the runner, torch's grad_fn (_shared/grad_call.py), or None
+        y = _gelu_grad_call.call(input, approximate)  # tunekit's forward, torch's grad_fn (_shared/grad_call.py), or None
         return y if y is not None else GeluFunction.apply(input, approximate)
     if inplace and out is not None:
         raise ValueError("tunekit.gelu: pass either out= or inplace=True, not both")
@@ -223,7 +223,13 @@ def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") 
     return _gelu_backward_call(params)
 
 
-_gelu_grad_call = GradCall(lambda x, approximate: gelu_op.fast_call(x, approximate), "gelu")
+def _gelu_forward(x, approximate):
+    """The forward under torch's node: the cached runner, else the general path (as silu's)."""
+    y = gelu_op.fast_call(x, approximate)
+    return y if y is not None else _gelu_call(GeluParams(x, approximate))
+
+
+_gelu_grad_call = GradCall(_gelu_forward, "gelu")
 
 
 # -- torch.library: tunekit::gelu, tunekit::gelu_backward (ops/_shared/custom_ops.py says why) -------

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from ...backends.device import peak_flops_bound
 from ...tunable.dtypes import short_name
 from ...tunable.params import OpParams, tensor_key, with_arguments
 
@@ -95,6 +96,18 @@ class GemmParams(OpParams):
     def out_shape(self) -> tuple[int, ...]:
         a = self.a
         return (*a.shape[:-1], self.b.shape[-1])
+
+    def fastest_possible_ms(self) -> float:
+        """A lower bound on any candidate's time: the FLOPs at an upper bound of the GPU's dense peak
+        (``backends.device.peak_flops_bound``); 0.0 where none is known (CPU, other GPUs). Tuning uses
+        it to skip challengers that could not save what their call costs (``tunable/session.py``)."""
+        a = self.a
+        if a.device.type != "cuda":
+            return 0.0
+        kind = "16bit" if a.dtype in (torch.float16, torch.bfloat16) else "tf32" if self.tf32 else "fp32"
+        peak = peak_flops_bound(a.device.index if a.device.index is not None else torch.cuda.current_device(), kind)
+        M, N, K = self.mnk
+        return 0.0 if not peak else 2.0 * M * N * K * self.batch / peak * 1e3
 
     def new_outputs(self):
         a = self.a
