@@ -107,15 +107,22 @@ def test_a_side_stream_and_a_cuda_graph():
     check(z, a, b)
 
 
-@pytest.mark.gpu
-def test_tuning_times_the_ranks_and_the_public_call_stays_right():
-    # ~90 us of cuBLAS: large enough that a challenger could save the GEMM floor (CHALLENGER_HOST_MS)
-    x, w = matrix(2048, 4096, torch.bfloat16, "cuda"), matrix(4096, 4096, torch.bfloat16, "cuda", seed=1)
+def _tuned_linear(M, N, K):
+    """tunekit.linear on fresh bf16 x [M, K] and w [N, K], tuned in this call (a fresh store): its
+    result checked, the decision for its GEMM returned."""
+    x, w = matrix(M, K, torch.bfloat16, "cuda"), matrix(N, K, torch.bfloat16, "cuda", seed=1)
     mm_op.forget()
     with tunekit.tuning(results=":memory:", max_tuning_ms=60000, tuning_step_ms=float("inf")):
         y = tunekit.linear(x, w)
         decision = mm_op.decision(GemmParams(x, w.t()))
     check(y, x, w.t())
+    return decision
+
+
+@pytest.mark.gpu
+def test_tuning_times_the_ranks_and_the_public_call_stays_right():
+    # ~90 us of cuBLAS: large enough that a challenger could save the GEMM floor (CHALLENGER_HOST_MS)
+    decision = _tuned_linear(2048, 4096, 4096)
     assert decision is not None and decision.entry is not None and decision.entry.complete
     records = decision.entry.candidates
     assert records["cublaslt_h0"].status not in ("unsupported", "numerics", "skipped"), records["cublaslt_h0"]
@@ -127,12 +134,7 @@ def test_tuning_times_the_ranks_and_the_public_call_stays_right():
 def test_a_small_gemm_no_challenger_could_win_is_decided_without_timing_them():
     """512 x 768 x 1024 (~5 us): no candidate could save the 10 us a challenger's call costs the host,
     so tuning keeps torch's kernel, complete, with nothing compiled or timed."""
-    x, w = matrix(512, 1024, torch.bfloat16, "cuda"), matrix(768, 1024, torch.bfloat16, "cuda", seed=1)
-    mm_op.forget()
-    with tunekit.tuning(results=":memory:", max_tuning_ms=60000, tuning_step_ms=float("inf")):
-        y = tunekit.linear(x, w)
-        decision = mm_op.decision(GemmParams(x, w.t()))
-    check(y, x, w.t())
+    decision = _tuned_linear(512, 768, 1024)
     assert decision.candidate.name == "torch_mm" and decision.entry.complete, decision
     records = decision.entry.candidates
     assert "cannot save 10.0 us" in records["torch_mm"].reason, records["torch_mm"]

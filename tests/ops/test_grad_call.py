@@ -38,6 +38,8 @@ def _warm(fn, shape=(37, 65), dtype=torch.float32):
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_a_cached_call_gets_torchs_node_and_gradients(case, dtype):
+    if case == "logsumexp" and dtype is torch.bfloat16:
+        pytest.skip("16-bit logsumexp keeps tunekit's Function: see the test of its limits below")
     ours, theirs, name = CASES[case]
     _warm(ours, dtype=dtype)
     a = torch.randn(37, 65, dtype=torch.float64).to(dtype).requires_grad_()
@@ -147,7 +149,7 @@ def test_a_result_that_is_not_fresh_gets_no_history(forward):
 
 
 @pytest.mark.parametrize("dim,keepdim", [(-1, False), (0, True), ((0, 2), False), ([2, 1], True)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_logsumexp_gets_torchs_node_with_its_dims_and_torchs_gradient(dim, keepdim, dtype):
     x = torch.randn(5, 7, 9, dtype=torch.float64).to(dtype).requires_grad_()
     y = tunekit.logsumexp(x, dim, keepdim)
@@ -161,14 +163,16 @@ def test_logsumexp_gets_torchs_node_with_its_dims_and_torchs_gradient(dim, keepd
     y.backward(dy)
     ref = x.detach().double().requires_grad_()
     torch.logsumexp(ref, dim, keepdim).backward(dy.double())
-    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 4e-2}[dtype]
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5}[dtype]
     torch.testing.assert_close(x.grad.double(), ref.grad, rtol=tol, atol=tol)
     torch.testing.assert_close(y.detach().double(), torch.logsumexp(ref.detach(), dim, keepdim), rtol=tol, atol=tol)
 
 
-def test_logsumexp_above_the_limit_keeps_the_tuned_gradient_and_a_0d_input_gets_torchs_node():
+def test_logsumexp_above_the_limit_or_in_16_bit_keeps_the_tuned_gradient_and_a_0d_input_gets_torchs_node():
     big = torch.randn(lse_module.TORCH_NODE_MAX_NUMEL + 1, requires_grad=True)
     assert "LogsumexpFunction" in tunekit.logsumexp(big, 0).grad_fn.name()
+    small = torch.randn(8, 9, dtype=torch.bfloat16, requires_grad=True)  # torch's formula rounds x - lse to 16 bits
+    assert "LogsumexpFunction" in tunekit.logsumexp(small, 1).grad_fn.name()
     at_limit = torch.randn(lse_module.TORCH_NODE_MAX_NUMEL, requires_grad=True)
     assert tunekit.logsumexp(at_limit, 0).grad_fn.name() == "LogsumexpBackward0"
     scalar = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
