@@ -36,7 +36,7 @@ def settle(fn, limit_s: float = 120.0) -> int:
     """Call ``fn`` until no tunekit op is tuning (its compiles run on worker threads, which a busy
     caller slows: a short pause every 50 calls lets them on), at most ``limit_s``; the calls made."""
     calls, start = 0, time.perf_counter()
-    while calls < 300 or (any(op.sessions_in_progress() for op in all_ops()) and time.perf_counter() - start < limit_s):
+    while calls < 300 or (any(op.session_calls() for op in all_ops()) and time.perf_counter() - start < limit_s):
         fn()
         calls += 1
         if calls % 50 == 0:
@@ -121,6 +121,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         stem = Path(args.out) / f"gemm_host_time-{name.replace(' ', '_')}"
         stem.with_suffix(".md").write_text(text)
         stem.with_suffix(".json").write_text(json.dumps({"routed": routed, "general": general}, indent=1))

@@ -188,3 +188,22 @@ def test_logsumexp_node_rejects_malformed_arguments():
         with pytest.raises(TypeError):
             call(*args)
     assert call(x, (0,), False).grad_fn.name() == "LogsumexpBackward0"
+
+
+def test_installing_drops_the_backward_sessions_the_function_started():
+    """Before the extension is in place the Python Function runs and its backward may start a tuning
+    session of silu_backward; once torch's node takes the calls nothing returns to it: installing
+    drops it (its input copies with it), and silu's own decisions stay."""
+    from tunekit.ops.silu import SiluFunction, silu_backward_op
+    x = torch.randn(4099, requires_grad=True)
+    with tunekit.tuning(max_tuning_ms=10_000, tuning_step_ms=1e-6):  # a session spread over calls, left open
+        SiluFunction.apply(x).sum().backward()
+        assert silu_backward_op.session_calls(), "the backward's tuning did not stay open"
+    tunekit.silu(torch.randn(64))  # a decision of silu's own, kept
+    decided = silu_module.silu_op.decisions(tunekit.tunable.context.current())
+    grad_call = silu_module.GradCall(silu_module._silu_forward, "silu", silu_backward_op)
+    grad_call._install(fast_grad.load())
+    assert silu_backward_op.session_calls() == {}
+    assert silu_module.silu_op.decisions(tunekit.tunable.context.current()) == decided
+    y = grad_call.call(x)
+    assert y.grad_fn.name() == "SiluBackward0"

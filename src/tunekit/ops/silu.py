@@ -200,7 +200,7 @@ def _silu_forward(x):
     return y if y is not None else _silu_call(SiluParams(x))
 
 
-_silu_grad_call = GradCall(_silu_forward, "silu")
+_silu_grad_call = GradCall(_silu_forward, "silu", silu_backward_op)
 
 
 # -- torch.library: tunekit::silu, tunekit::silu_backward (ops/_shared/custom_ops.py says why) -------

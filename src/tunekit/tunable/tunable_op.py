@@ -2,10 +2,10 @@
 
 A call: ``params.cache_key()`` -> in-memory choice -> run it: one ContextVar, two dict lookups, no lock.
 
-A shorter path for the commonest call (``tunekit.silu(x)``: contiguous ``x``, no ``out``):
-``op.fast_call(x)`` runs the choice's *runner*, a function of ``x`` with everything else bound, or
-returns None (:mod:`tunekit.tunable.fast_path` says why and how). Runners are cached next to the
-choice, when a candidate offers one (``fast_runner(params)``), and dropped with it.
+A shorter path for the commonest call (``tunekit.silu(x)``: contiguous ``x``, no ``out``): ``op.fast_call(x)``
+runs the choice's *runner*, a function of ``x`` with everything else bound, or returns None
+(:mod:`tunekit.tunable.fast_path` says why and how). Runners are cached next to the choice, when a candidate
+offers one (``fast_runner(params)``), and dropped with it.
 
 On a miss (:meth:`TunableOp.resolve`, under one process-wide lock so concurrent first calls with
 one signature tune once, and tuning runs never overlap each other's timings):
@@ -153,15 +153,18 @@ class TunableOp:
             return compare_all(self.tolerance(params))
         return lambda got, expected: self._numerics(params, got, expected)
 
-    def forget(self) -> None:
-        """Drop in-memory choices and sessions (stored results stay)."""
+    def forget(self, sessions_only: bool = False) -> None:
+        """Drop in-memory choices and sessions (stored results stay); ``sessions_only``: the sessions under
+        way alone, unstored (calls will not return to them: ops/_shared/grad_call.py)."""
         with TUNING_LOCK:
             for session in self._sessions.values():  # its compiles not started are not needed any more
                 session.preparations.cancel()
-            for memo in (self._choices, self._decided, self._runners, self._sessions, self._preparing):
-                memo.clear()
-            self._hashes = None
-            self._forgotten()
+            self._sessions.clear()
+            if not sessions_only:
+                for memo in (self._choices, self._decided, self._runners, self._preparing):
+                    memo.clear()
+                self._hashes = None
+                self._forgotten()
 
     def _forgotten(self) -> None:
         for hook in self.on_forget:
@@ -255,9 +258,6 @@ class TunableOp:
 
     def decisions(self, s: context.TuningSettings) -> int:  # signatures decided under s: grows until forget
         return len(self._decided.get(s.cache_id, ()))
-
-    def sessions_in_progress(self) -> int:  # signatures tuning now, spread over calls (any settings); atomic read
-        return len(self._sessions)
 
     def session_calls(self) -> dict:  # {(settings id, signature): calls that met its session}, of those under way
         return {k: session.calls for k, session in list(self._sessions.items())}

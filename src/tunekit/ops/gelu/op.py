@@ -229,7 +229,7 @@ def _gelu_forward(x, approximate):
     return y if y is not None else _gelu_call(GeluParams(x, approximate))
 
 
-_gelu_grad_call = GradCall(_gelu_forward, "gelu")
+_gelu_grad_call = GradCall(_gelu_forward, "gelu", gelu_backward_op)
 
 
 # -- torch.library: tunekit::gelu, tunekit::gelu_backward (ops/_shared/custom_ops.py says why) -------
