@@ -26,8 +26,9 @@ __all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of", 
 #: Triton configurations an online tuning session compiles per GEMM signature (tunable/preparations.py)
 ONLINE_PREPARATIONS = 4
 #: ms of device time a challenger must save over torch's kernel (tunable/session.py): what a call through
-#: tunekit's general path costs the host beyond a call of torch's kernel through the C++ routes (23.9
-#: against 15.1 us per linear on the H200 host, benchmarks/results/gemm_host_time-NVIDIA_H200.md). With
+#: tunekit's general path costs the host beyond a call of torch's kernel through the C++ routes (per
+#: linear on the H200 host: 22.9 against torch's 14.9 us, a routed call 17.3 against 16.9; 23.9 against
+#: 15.1 in the run before; benchmarks/results/gemm_host_time-NVIDIA_H200.md and its history). With
 #: no such floor, cuBLASLt algorithms 2-5% faster on 10-30 us GEMMs took a patched LLaMA-style step to
 #: 0.75x (model_step-gemm_patched-NVIDIA_H200.md of 2026-11-26).
 CHALLENGER_HOST_MS = 0.010
