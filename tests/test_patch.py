@@ -32,6 +32,7 @@ SLOTS = {  # (owner, name) of everything a patch may replace, by op
     "silu": [(F, "silu"), (torch.nn.SiLU, "forward")],
     "gelu": [(F, "gelu"), (torch.nn.GELU, "forward")],
     "logsumexp": [(torch, "logsumexp"), (torch.Tensor, "logsumexp")],
+    "rms_norm": [(F, "rms_norm"), (torch.nn.RMSNorm, "forward")],
     "gemm": [(F, "linear"), (torch, "matmul"), (torch.nn.Linear, "forward")],
 }
 
@@ -373,7 +374,7 @@ def test_calls_from_inside_tunekit_reach_torch_not_the_patch(runs):
 # -- reversibility ----------------------------------------------------------------------------
 def test_undo_restores_the_exact_original_objects():
     handle = tunekit.patch(patch_module.PATCHABLE_OPS)  # every op, gemm included
-    assert handle.active and patched_ops() == {"silu", "gelu", "logsumexp", "gemm"}
+    assert handle.active and patched_ops() == {"silu", "gelu", "logsumexp", "rms_norm", "gemm"}
     assert "logsumexp" in vars(torch.Tensor) and torch.Tensor.logsumexp is not TENSOR_LOGSUMEXP
     assert "active" in repr(handle)
     handle.undo()
@@ -404,7 +405,7 @@ def test_nested_patches_undone_in_any_order(order):
 
 def test_the_default_patch_leaves_gemm_out_and_takes_it_when_named():
     with tunekit.patch():
-        assert patched_ops() == set(patch_module.DEFAULT_PATCH_OPS) == {"silu", "gelu", "logsumexp"}
+        assert patched_ops() == set(patch_module.DEFAULT_PATCH_OPS) == {"silu", "gelu", "logsumexp", "rms_norm"}
         assert F.linear is TORCH_LINEAR
         with tunekit.patch(["gemm"]):
             assert F.linear is not TORCH_LINEAR and "gemm" in patched_ops()
@@ -416,7 +417,7 @@ def test_exceptions_inside_the_context_manager_undo_the_patch():
         with tunekit.patch(["silu"]):
             with pytest.raises(ZeroDivisionError):
                 with tunekit.patch():
-                    assert patched_ops() == {"silu", "gelu", "logsumexp"}  # gemm: only when named
+                    assert patched_ops() == {"silu", "gelu", "logsumexp", "rms_norm"}  # gemm: only when named
                     1 / 0
             assert patched_ops() == {"silu"}
             raise KeyError("out")

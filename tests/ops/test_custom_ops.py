@@ -41,6 +41,9 @@ SCHEMAS = {
     "logsumexp": "tunekit::logsumexp(Tensor x, int[] dim, bool keepdim) -> Tensor",
     "logsumexp_backward": "tunekit::logsumexp_backward(Tensor dy, Tensor x, Tensor lse, int[] dim, bool keepdim) "
                           "-> Tensor",
+    "rms_norm": "tunekit::rms_norm(Tensor x, Tensor weight, SymInt[] normalized_shape, float? eps) -> Tensor",
+    "rms_norm_backward": "tunekit::rms_norm_backward(Tensor dy, Tensor x, Tensor weight, SymInt[] normalized_shape, "
+                         "float? eps) -> (Tensor, Tensor)",
     "mm": "tunekit::mm(Tensor a, Tensor b, str activation) -> Tensor",
     "addmm": "tunekit::addmm(Tensor c, Tensor a, Tensor b, float beta, float alpha, str activation) -> Tensor",
 }

@@ -10,10 +10,11 @@ Adding an op is its module plus its line below: the import names its family (an
 from .silu import FAMILY as SILU, silu, silu_backward, swish  # noqa: F401
 from .gelu import FAMILY as GELU, gelu, gelu_backward  # noqa: F401
 from .logsumexp import FAMILY as LOGSUMEXP, logsumexp, logsumexp_backward  # noqa: F401
+from .rms_norm import FAMILY as RMS_NORM, rms_norm, rms_norm_backward  # noqa: F401
 from .gemm import FAMILY as GEMM, addmm, addmm_, baddbmm, bmm, linear, linear_act, matmul, mm  # noqa: F401
 
 #: every op family, in the order ``tunekit.patch()`` applies them
-FAMILIES = (SILU, GELU, LOGSUMEXP, GEMM)
+FAMILIES = (SILU, GELU, LOGSUMEXP, RMS_NORM, GEMM)
 
 #: op name -> its torch.library custom op (``torch.ops.tunekit.<name>`` is the same op)
 CUSTOM_OPS = {name: op for family in FAMILIES for name, op in family.custom_ops.items()}

@@ -143,15 +143,34 @@ def _attribute(owner, name, make_replacement) -> PatchedAttribute:
     return attr
 
 
-#: op family name -> the attributes its patch replaces (created once: the same replacement objects every time)
+#: op family name -> the attributes its patch replaces (created once: the same replacement objects every
+#: time); a target in another library (owner "module:Class") joins once a patch starts after its import
 _ATTRIBUTES: dict[str, tuple[PatchedAttribute, ...]] = {
-    family.name: tuple(_attribute(t.owner, t.name, t.make_replacement) for t in family.patches)
+    family.name: tuple(_attribute(t.owner, t.name, t.make_replacement) for t in family.patches
+                       if not isinstance(t.owner, str))
     for family in FAMILIES if family.patches
 }
+_LATER = {family.name: tuple(t for t in family.patches if isinstance(t.owner, str)) for family in FAMILIES}
+_JOINED: set = set()  # the targets of _LATER already in _ATTRIBUTES
 PATCHABLE_OPS = tuple(_ATTRIBUTES)
 #: what ``patch()`` with no ``ops`` patches: the families that patch by default (GEMM is named to be patched)
 DEFAULT_PATCH_OPS = tuple(f.name for f in FAMILIES if f.patches and f.patch_by_default)
-_ALL_ATTRIBUTES = tuple(a for attrs in _ATTRIBUTES.values() for a in attrs)
+_ALL_ATTRIBUTES = [a for attrs in _ATTRIBUTES.values() for a in attrs]
+
+
+def _join_imported_targets(op: str) -> None:
+    """Add ``op``'s targets in other libraries whose module is imported by now (never importing one:
+    ``transformers.models.llama.modeling_llama:LlamaRMSNorm`` is patched once the program uses it)."""
+    for target in _LATER.get(op, ()):
+        if target in _JOINED:
+            continue
+        module_name, _, class_name = target.owner.partition(":")
+        owner = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(owner, type) and hasattr(owner, target.name):
+            attr = _attribute(owner, target.name, target.make_replacement)
+            _ATTRIBUTES[op] += (attr,)
+            _ALL_ATTRIBUTES.append(attr)
+            _JOINED.add(target)
 
 
 def _build_torch_tables_from_originals() -> None:
@@ -211,8 +230,10 @@ class Patch:
 
     def __init__(self, ops=None):
         self.ops = _op_names(ops)
-        self._attributes = [a for op in self.ops for a in _ATTRIBUTES[op]]
         with _LOCK:
+            for op in self.ops:
+                _join_imported_targets(op)
+            self._attributes = [a for op in self.ops for a in _ATTRIBUTES[op]]
             if not any(a.users for a in _ALL_ATTRIBUTES):
                 _build_torch_tables_from_originals()
             done = []

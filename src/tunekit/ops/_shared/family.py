@@ -22,7 +22,9 @@ class PatchTarget:
 
     ``make_replacement(attribute)`` builds the replacement once; ``attribute`` is the patch's record
     of it, with ``users`` (active patches: 0 once undone, when the replacement must call torch) and
-    ``original`` (torch's callable, which every call tunekit does not take goes to, unchanged)."""
+    ``original`` (torch's callable, which every call tunekit does not take goes to, unchanged).
+    ``owner`` is an object, or ``"module:Class"`` for a class of another library: patched by the
+    patches that start once its module is imported (tunekit never imports it)."""
 
     owner: Any
     name: str
