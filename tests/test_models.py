@@ -119,13 +119,28 @@ def test_with_tuning_off_the_patched_model_is_bit_identical(case, ids, runs):
     make, op = CASES[case]
     reference, patched = build_pair(make)
     want = step(reference, ids)
-    with tunekit.tuning(tuning=False), tunekit.patch():
+    # the activation's family alone: the rms_norm patch replaces Hugging Face's seven-op RMSNorm by
+    # torch's fused kernel, one rounding less (within tolerance: test_llama_rms_norm_patched_...)
+    with tunekit.tuning(tuning=False), tunekit.patch([op]):
         got = step(patched, ids)
     assert runs.count(op) == LAYERS  # exactly one call per layer
     # every layer's result carries torch's own node (ops/_shared/grad_call.py; conftest builds it): no
     # tunekit backward runs
     assert runs.count(op + "_backward") == (0 if fast_grad.load() is not None else LAYERS)
     assert_same_step(got, want, rtol=0, atol=0)
+
+
+def test_llama_rms_norm_patched_matches_torch_within_tolerance(ids, monkeypatch):
+    """The default patch takes Hugging Face's LlamaRMSNorm modules: two per layer and the last one,
+    each call tunekit's rms_norm, the step within tolerance of torch's."""
+    spies = CandidateRuns(monkeypatch, "rms_norm")
+    reference, patched = build_pair(llama)
+    want = step(reference, ids)
+    with tunekit.patch():
+        got = step(patched, ids)
+    assert spies.count("rms_norm") >= 2 * LAYERS + 1
+    assert_same_step(got, want)
+    spies.close()
 
 
 def test_llama_within_tolerance_when_silu_runs_another_candidate(ids, monkeypatch):
