@@ -42,7 +42,10 @@ def test_shape_selection():
     assert "llama3-8b.up.M16" in names and "odd4097x4095x4096" in names and "square8192" in names
     assert sum(s.autotune for s in default) == 4 and sum(s.fused for s in default) == 2
     everything = bench.select("all")
-    assert len(everything) == 2 * 4 * 5 + 6
+    assert len(everything) == 2 * 4 * 5 + 8
+    forms = {s.name: s.form for s in everything}
+    assert forms["odd4097x4095x4096"] == forms["odd777x1555x333"] == "linear"  # the F.linear(x, w)
+    assert forms["odd4097x4095x4096.mm"] == forms["odd777x1555x333.mm"] == "mm"
     assert {s.M for s in everything if s.name.startswith("llama3-70b.down")} == {1, 16, 128, 4096, 8192}
     picked = bench.select("llama3-70b.kv.M128,100x200x300")
     assert [(s.M, s.N, s.K, s.form) for s in picked] == [(128, 1024, 8192, "linear"), (100, 200, 300, "mm")]

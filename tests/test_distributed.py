@@ -25,7 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def ranks(tmp_path_factory):
     """Run both ranks once (about 5 s); every test below reads what they saw."""
     directory = tmp_path_factory.mktemp("ranks")
-    mp.spawn(distributed_workers.run_rank, args=(2, str(directory)), nprocs=2, join=True)
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU ranks on a GPU machine too (offline tuning's default device)
+    try:
+        mp.spawn(distributed_workers.run_rank, args=(2, str(directory)), nprocs=2, join=True)
+    finally:
+        if hidden is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES")
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = hidden
     return [json.loads((directory / f"rank{r}.json").read_text()) for r in range(2)]
 
 
@@ -80,8 +88,22 @@ def test_enable_and_disable_set_the_decider_and_it_falls_back_without_a_process_
     assert distributed.init_from_environment() is False  # not launched by torchrun
 
 
+def test_enable_puts_the_cpp_autograd_call_in_place_first():
+    """Every rank must take one path for a differentiable call (the Function's backward decides
+    backward signatures, torch's node decides none), whenever each rank's build ends."""
+    from tunekit.backends import fast_grad
+    from tunekit.ops._shared.grad_call import GradCall
+    from tunekit.ops.silu import _silu_forward
+    fast_grad._load.cache_clear()
+    grad_call, x = GradCall(_silu_forward, "silu"), torch.randn(24, requires_grad=True)
+    assert grad_call.call(x) is None  # the first call asks for the build on the worker; the Function runs it
+    with distributed.enabled():
+        assert fast_grad.loaded() is not None
+        assert grad_call.call(x).grad_fn.name() == "SiluBackward0"  # in place before any call under distribution
+
+
 def test_distributed_check_script_under_torchrun_on_the_cpu(tmp_path):
-    env = {**os.environ, "TUNEKIT_RESULTS": str(tmp_path / "unused.sqlite")}
+    env = {**os.environ, "TUNEKIT_RESULTS": str(tmp_path / "unused.sqlite"), "CUDA_VISIBLE_DEVICES": ""}  # gloo, CPU
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            "--standalone", str(ROOT / "benchmarks" / "checks" / "distributed_check.py"),
                            "--smoke", "--dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)

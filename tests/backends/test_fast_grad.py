@@ -46,6 +46,18 @@ def test_when_loaded_builds_on_its_worker_and_never_makes_the_caller_wait():
     assert seen[0][0] == "module" and seen[0][1].startswith("tunekit-test-build")
 
 
+def test_settle_waits_for_the_installs_asked_for():
+    gate = threading.Event()
+    when_loaded = extension.when_loaded_by(_loader(("module", None), gate), "tunekit-test-settle")
+    seen = []
+    when_loaded(seen.append)
+    assert seen == []
+    threading.Timer(0.2, gate.set).start()
+    when_loaded.settle()  # returns once the worker has built and installed
+    assert seen == ["module"]
+    extension.when_loaded_by(_loader(("module", None)), "t-unused").settle()  # nothing asked for: returns
+
+
 def test_when_loaded_never_installs_what_could_not_be_built():
     load = _loader((None, "no compiler"))
     when_loaded = extension.when_loaded_by(load, "t-never")

@@ -209,7 +209,7 @@ def when_loaded_by(loader, thread_name: str):
     """``when_loaded(install)`` for the extension ``loader`` (a :func:`once` function giving
     ``(module, why not)``): ``install(module)`` now if it is loaded, else from one worker thread of its
     own (named ``thread_name``) that builds and loads it; never when it cannot be built. Calls never
-    wait for a build."""
+    wait for a build; ``when_loaded.settle()`` waits for the installs already asked for."""
     started, pool = threading.Lock(), []
 
     def when_loaded(install) -> None:
@@ -227,4 +227,12 @@ def when_loaded_by(loader, thread_name: str):
             if module is not None:
                 install(module)
         pool[0].submit(build_then_install)
+
+    def settle() -> None:
+        """Wait until every install asked for so far has run (or its build was refused): the worker
+        runs its jobs in order."""
+        if pool:
+            pool[0].submit(lambda: None).result()
+
+    when_loaded.settle = settle
     return when_loaded

@@ -40,6 +40,7 @@ from .rebuild import rebuild_params
 from .recorded import as_store, check_ops, forget_ops
 from .summary import Progress, TuneSummary
 from .tune_one import ATTEMPTS, default_device, entry_problems, offline_settings, tune_params
+from ..backends import fast_grad
 from ..tunable import context, tunable_op, validators
 from ..tunable.errors import SettingsError, TunekitWarning
 from ..tunable.registry import get_op
@@ -54,10 +55,22 @@ _group = None
 
 
 def enable(group=None) -> None:
-    """From now on, rank 0 of ``group`` (default: the world) decides every new signature for all ranks."""
+    """From now on, rank 0 of ``group`` (default: the world) decides every new signature for all ranks.
+    May wait for tunekit's C++ autograd call to build (seconds, once per machine): :func:`_settle_call_paths`."""
     global _group
+    _settle_call_paths()
     _group = group
     tunable_op.use_decider(decide)
+
+
+def _settle_call_paths() -> None:
+    """Load the C++ autograd call (``backends/fast_grad.py``) and put it in place wherever it was asked
+    for, now. Why: until it is in place, a differentiable call takes the op's Python Function, whose
+    backward decides the backward op's signatures; once it is, torch's node runs the backward and
+    decides none. A build ending at a different call on each rank made the ranks meet different new
+    signatures and raise (the two-rank CPU check, fresh build cache: 1 run in 4)."""
+    fast_grad.load()
+    fast_grad.when_loaded.settle()
 
 
 def disable() -> None:
@@ -73,6 +86,7 @@ def is_enabled() -> bool:
 def enabled(group=None):
     """``with tunekit.distributed.enabled(): ...``: :func:`enable` for a block."""
     global _group
+    _settle_call_paths()
     before_group = _group
     before = tunable_op.use_decider(decide)
     _group = group
