@@ -19,7 +19,7 @@ import torch
 
 from .autograd import activation_backward
 from .op import addmm_op, mm_op
-from .params import ACTIVATIONS, AddmmParams, GemmParams
+from .params import ACTIVATIONS, AddmmParams, GemmParams, folded
 from .torch_candidates import activation_function
 from .._shared.custom_ops import contiguous, tunekit_ops
 
@@ -162,7 +162,7 @@ def compiled_matmul(input, other, *, out=None):
     if (out is None and _traced_pair(input, other) and input.dim() >= 2 and other.dim() >= 2
             and input.shape[-1] == other.shape[-2]):
         if other.dim() == 2:
-            flat = tunekit_ops.mm(input.reshape(-1, input.shape[-1]), other, "none")
+            flat = tunekit_ops.mm(folded(input), other, "none")
             return flat if input.dim() == 2 else flat.view(*input.shape[:-1], other.shape[-1])
         if input.dim() == 3 and other.dim() == 3 and (input.shape[0] == other.shape[0]):
             return tunekit_ops.mm(input, other, "none")
@@ -175,7 +175,7 @@ def compiled_linear(input, weight, bias, activation: str):
     if (_traced_pair(input, weight) and input.dim() >= 2 and weight.dim() == 2 and input.shape[-1] == weight.shape[1]
             and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1 and bias.dtype == input.dtype
                                   and bias.shape[0] == weight.shape[0] and bias.device == input.device))):
-        x = input.reshape(-1, input.shape[-1])
+        x = folded(input)
         recorded = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
                                                 or (bias is not None and bias.requires_grad))
         fused = "none" if recorded else activation

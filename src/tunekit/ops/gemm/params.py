@@ -33,7 +33,7 @@ from ...backends.device import peak_flops_bound
 from ...tunable.dtypes import short_name
 from ...tunable.params import OpParams, tensor_key, with_arguments
 
-__all__ = ["GemmParams", "AddmmParams", "ACTIVATIONS", "layout", "current_tf32", "current_deterministic"]
+__all__ = ["GemmParams", "AddmmParams", "ACTIVATIONS", "layout", "current_tf32", "current_deterministic", "folded"]
 
 #: the epilogue activations, by name (the kernels' ACTIVATION codes are in kernels/triton/gemm.py)
 ACTIVATIONS = ("none", "relu", "silu", "gelu", "gelu_tanh")
@@ -50,6 +50,16 @@ def current_tf32() -> bool:
 
 def current_deterministic() -> bool:
     return bool(_deterministic())
+
+
+def folded(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s leading dims folded into one, as rows of a GEMM operand or result: ``reshape(-1, last)``
+    with the row count spelled out, since an empty last dim makes ``-1`` ambiguous (torch raises; a
+    [5, 5, 0] @ [0, 5] matmul is torch's OpInfo sample)."""
+    rows = 1
+    for size in t.shape[:-1]:
+        rows = rows * size
+    return t.reshape(rows, t.shape[-1])
 
 
 def layout(t: torch.Tensor) -> str:

@@ -82,15 +82,17 @@ def torch_rms_norm_backward(p: RmsNormBackwardParams):
     the formula in float32 with torch ops. The reference every other candidate is checked against."""
     x, w, dims = p.x, p.weight, _norm_dims(p.x, p.normalized_shape)
     n, eps = w.numel(), epsilon(x, p.eps)
+    acc = torch.promote_types(x.dtype, _f32)  # float32 math; float64 stays float64
     if x.is_cuda:
-        rstd = torch.linalg.vector_norm(x, dim=dims, keepdim=True, dtype=_f32).square_().div_(n).add_(eps).rsqrt_()
+        rstd = torch.linalg.vector_norm(x, dim=dims, keepdim=True, dtype=acc).square_().div_(n).add_(eps).rsqrt_()
         dx, dw = _fused_backward(p.dy, x, list(p.normalized_shape), rstd, w, [True, True])
     else:
-        xf, g = x.to(_f32), p.dy.to(_f32) * w.to(_f32)
+        xf, g = x.to(acc), p.dy.to(acc) * w.to(acc)
         rstd = xf.square().mean(dims, keepdim=True).add_(eps).rsqrt_()
         c = (g * xf).mean(dims, keepdim=True)
         dx = (rstd * (g - xf * (rstd * rstd * c))).to(x.dtype)
-        dw = (p.dy.to(_f32) * xf * rstd).sum(tuple(range(x.dim() - len(dims)))).to(w.dtype)
+        lead, dw = tuple(range(x.dim() - len(dims))), p.dy.to(acc) * xf * rstd
+        dw = (dw.sum(lead) if lead else dw).to(w.dtype)  # sum(()) would sum every dim
     if p.out is not None:
         dx = p.out.copy_(dx)
     if p.dweight is not None:
