@@ -16,7 +16,6 @@ the same values as torch (within tolerance), the same gradients, the same except
 ``torch.testing._internal`` needs ``expecttest``; the module is skipped without it.
 """
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,6 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning"
 
 import tunekit  # noqa: E402
 from elementwise_checks import INTERPRETER_MAX_ELEMENTS, assert_same_outcome, outcome  # noqa: E402
+from opinfo_db import ALL_DTYPES, OP_DB  # noqa: E402
 from op_spies import CandidateRuns  # noqa: E402
 from tunekit.ops.gelu import GeluBackwardParams, GeluParams, gelu_backward_op, gelu_op, gelu_tolerance  # noqa: E402
 from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, logsumexp_backward_op,  # noqa: E402
@@ -37,19 +37,6 @@ from tunekit.ops.logsumexp import (LogsumexpBackwardParams, LogsumexpParams, log
 from tunekit.ops.silu import SiluBackwardParams, SiluParams, silu_backward_op, silu_op  # noqa: E402
 from tunekit.tunable.numerics import compare, tolerance  # noqa: E402
 
-
-def _op_db():
-    """op_db, imported without the environment change its import makes (an Inductor cache dir)."""
-    saved = dict(os.environ)
-    from torch.testing._internal.common_dtype import all_types_and_complex_and
-    from torch.testing._internal.common_methods_invocations import op_db
-    for key in set(os.environ) - set(saved):
-        del os.environ[key]
-    os.environ.update({k: v for k, v in saved.items() if os.environ.get(k) != v})
-    return op_db, set(all_types_and_complex_and(torch.half, torch.bfloat16, torch.bool))
-
-
-OP_DB, ALL_DTYPES = _op_db()
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 _TORCH_SILU, _TORCH_GELU, _TORCH_LOGSUMEXP = F.silu, F.gelu, torch.logsumexp  # before any patch
 

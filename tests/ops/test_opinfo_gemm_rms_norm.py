@@ -8,13 +8,15 @@ public functions with each sample's arguments:
 - every other dtype: torch's outcome (the value, or the same exception type);
 - the OpInfos' error inputs: torch's exception type and message;
 - ``out=`` (where tunekit's function takes it): NaN-filled of the result's layout, empty, and one
-  torch resizes with a warning: torch's outcome, and the result is ``out`` itself.
+  torch resizes with a warning: torch's outcome, and the result is ``out`` itself;
+- ``tunekit.patch(["gemm"])`` / ``(["rms_norm"])``: ``F.linear``, ``torch.matmul`` and ``F.rms_norm``
+  called while patched give the unpatched functions' values, gradients and exceptions, and tunekit's
+  candidates ran for the float samples.
 
 On the CPU, tuning runs as everywhere in the tests (each test its own results file); the GEMM samples
 are small (5 to 10 rows), so the Triton candidates run in the interpreter within seconds.
 """
 
-import os
 
 import pytest
 import torch
@@ -25,21 +27,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning"
 
 import tunekit  # noqa: E402
 from elementwise_checks import assert_same_outcome, outcome  # noqa: E402
+from op_spies import CandidateRuns  # noqa: E402
+from opinfo_db import ALL_DTYPES, OP_DB  # noqa: E402
 from tunekit.tunable.numerics import compare, tolerance  # noqa: E402
 
-
-def _op_db():
-    """op_db, imported without the environment change its import makes (an Inductor cache dir)."""
-    saved = dict(os.environ)
-    from torch.testing._internal.common_dtype import all_types_and_complex_and
-    from torch.testing._internal.common_methods_invocations import op_db
-    for key in set(os.environ) - set(saved):
-        del os.environ[key]
-    os.environ.update({k: v for k, v in saved.items() if os.environ.get(k) != v})
-    return op_db, set(all_types_and_complex_and(torch.half, torch.bfloat16, torch.bool))
-
-
-OP_DB, ALL_DTYPES = _op_db()
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 #: OpInfo name -> (tunekit's function, torch's function, tunekit's function takes out=)
 PUBLIC = {
@@ -78,8 +69,8 @@ def _fresh(x, args, kwargs):
     return copy(x), tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()}
 
 
-def check_sample(op, x, args, kwargs, what):
-    ours_fn, theirs_fn, _ = PUBLIC[op.name]
+def check_sample(ours_fn, theirs_fn, x, args, kwargs, what):
+    """``ours_fn`` on one sample: ``theirs_fn``'s outcome, and its gradients where inputs require grad."""
     xt, at, kt = _fresh(x, args, kwargs)
     xo, ao, ko = _fresh(x, args, kwargs)
     theirs = outcome(theirs_fn, xt, *at, **kt)
@@ -106,7 +97,8 @@ def check_sample(op, x, args, kwargs, what):
 def test_samples_give_torchs_values_and_gradients(op, dtype, device):
     grad = op.supports_autograd and dtype in op.supported_backward_dtypes(torch.device(device).type)
     for i, (x, args, kwargs) in enumerate(samples(op, device, dtype, requires_grad=grad)):
-        check_sample(op, x, args, kwargs, f"sample {i} {list(x.shape)} {[getattr(a, 'shape', a) for a in args]} {kwargs}")
+        check_sample(*PUBLIC[op.name][:2], x, args, kwargs,
+                     f"sample {i} {list(x.shape)} {[getattr(a, 'shape', a) for a in args]} {kwargs}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -115,7 +107,7 @@ def test_every_other_dtype_gives_torchs_outcome(op, device):
     """Integers, bool, complex: torch's value or exception type (tunekit computes none of them)."""
     for dtype in sorted(ALL_DTYPES - set(FLOATS), key=str):
         for i, (x, args, kwargs) in enumerate(samples(op, device, dtype)):
-            check_sample(op, x, args, kwargs, f"{dtype} sample {i} {list(x.shape)}")
+            check_sample(*PUBLIC[op.name][:2], x, args, kwargs, f"{dtype} sample {i} {list(x.shape)}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -154,3 +146,29 @@ def test_out_forms_give_torchs_outcome(op, dtype, device):
             assert_same_outcome(ours, theirs, _tol(dtype) if dtype in FLOATS else None, what)
             if ours.error is None:
                 assert ours.returned is out_o, f"{what}: out= returns out itself"
+
+
+# -- tunekit.patch() ------------------------------------------------------------------------------
+#: OpInfo name -> (the patch family, torch's function looked up at call time, the op whose runs prove tunekit ran)
+PATCHED = {"nn.functional.linear": ("gemm", lambda *a, **k: F.linear(*a, **k), "mm"),
+           "matmul": ("gemm", lambda *a, **k: torch.matmul(*a, **k), "mm"),
+           "nn.functional.rms_norm": ("rms_norm", lambda *a, **k: F.rms_norm(*a, **k), "rms_norm")}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+@pytest.mark.parametrize("op", [op for op in OPINFOS if op.name in PATCHED], ids=lambda op: op.name)
+def test_patched_torch_functions_give_torchs_values_and_gradients(op, dtype, device, monkeypatch):
+    """torch's functions while patched, against the originals: the same values, gradients and
+    exception types; and tunekit computed the float samples (its candidates ran)."""
+    family, patched, tunable = PATCHED[op.name]
+    original = PUBLIC[op.name][1]  # bound at import, before any patch
+    runs = CandidateRuns(monkeypatch, tunable)
+    grad = dtype.is_floating_point and op.supports_autograd
+    try:
+        with tunekit.patch([family]):
+            for i, (x, args, kwargs) in enumerate(samples(op, device, dtype, requires_grad=grad)):
+                check_sample(patched, original, x, args, kwargs, f"patched sample {i} {list(x.shape)}")
+    finally:
+        runs.close()
+    assert (runs.count(tunable) > 0) == dtype.is_floating_point, runs.runs.keys()
