@@ -31,7 +31,7 @@ def test_switched_off_by_the_fast_call_variable(monkeypatch):
 
 
 @pytest.mark.parametrize("args", [
-    (6, {}, context._current, context, TYPES),  # no such form
+    (7, {}, context._current, context, TYPES),  # no such form (6 is rms_norm's)
     (0, {}, "not a ContextVar", context, TYPES),
     (0, {}, context._current, context, (int,)),  # not a tensor type
     (0, {}, context._current, context, ()),

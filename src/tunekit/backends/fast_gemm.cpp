@@ -8,7 +8,9 @@
 //
 // form: which torch function the operands are the positional arguments of: 0 linear(x, weight,
 // bias or None), 1 mm(a, b), 2 addmm(c, a, b), 3 bmm(a, b), 4 baddbmm(c, a, b), 5 matmul(a, b);
-// alpha = beta = 1, no out=.
+// alpha = beta = 1, no out=. 6 rms_norm(x, normalized_shape, weight, eps), the one route that is not a
+// GEMM (tunekit/ops/rms_norm/route.py): normalized_shape a tuple or list of ints equal to weight's
+// sizes and to x's last ones, eps None or a float; its key is that of (x, weight), eps aside.
 //
 // key: None unless every operand is a tensor whose type is exactly one of tensor_types (torch.Tensor,
 // nn.Parameter: no __torch_function__ of their own), float32 / float16 / bfloat16, strided, on the
@@ -27,6 +29,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/ops/rms_norm.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/Exceptions.h>
@@ -38,10 +41,10 @@
 
 namespace {
 
-enum Form { kLinear = 0, kMm, kAddmm, kBmm, kBaddbmm, kMatmul, kForms };
+enum Form { kLinear = 0, kMm, kAddmm, kBmm, kBaddbmm, kMatmul, kRmsNorm, kForms };
 
-// operands per form (linear's bias may be None)
-constexpr int kOperands[kForms] = {3, 2, 3, 2, 3, 2};
+// operands per form (linear's bias may be None; rms_norm's arguments, two of them tensors)
+constexpr int kOperands[kForms] = {3, 2, 3, 2, 3, 2, 4};
 
 PyObject *s_defaults, *s_enabled, *s_cache_id;
 
@@ -66,10 +69,34 @@ bool taken_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
 }
 
+// rms_norm's (x, normalized_shape, weight, eps) as out[0] = x, out[1] = weight and *eps, or false when
+// the call is not one this takes (the module comment).
+bool norm_operands(GemmRoute* self, PyObject* const* args, at::Tensor* out, std::optional<double>* eps) {
+  if (!taken_type(self, args[0]) || !taken_type(self, args[2])) return false;
+  if (args[3] != Py_None && !PyFloat_CheckExact(args[3])) return false;
+  if (args[3] != Py_None) *eps = PyFloat_AS_DOUBLE(args[3]);
+  PyObject* shape = args[1];
+  if (!PyTuple_Check(shape) && !PyList_Check(shape)) return false;  // torch.Size is a tuple
+  out[0] = THPVariable_Unpack(args[0]);
+  out[1] = THPVariable_Unpack(args[2]);
+  const auto sizes = out[1].sizes();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(shape);
+  if (n == 0 || n != static_cast<Py_ssize_t>(sizes.size()) || out[0].dim() < n) return false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(shape, i);
+    if (!PyLong_CheckExact(item)) return false;
+    const long long v = PyLong_AsLongLong(item);
+    if (v == -1 && PyErr_Occurred()) return false;
+    if (v != sizes[i] || v != out[0].size(out[0].dim() - n + i)) return false;
+  }
+  return true;
+}
+
 // The operands as at::Tensors (an undefined one for linear's None bias), or false when the call is
 // not one this takes (wrong count, a type, a mode).
-bool operands(GemmRoute* self, PyObject* const* args, Py_ssize_t nargs, at::Tensor* out) {
+bool operands(GemmRoute* self, PyObject* const* args, Py_ssize_t nargs, at::Tensor* out, std::optional<double>* eps) {
   if (nargs != kOperands[self->form] || at::impl::torch_function_mode_enabled()) return false;
+  if (self->form == kRmsNorm) return norm_operands(self, args, out, eps);
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     if (self->form == kLinear && i == 2 && args[i] == Py_None) continue;
     if (!taken_type(self, args[i])) return false;
@@ -107,10 +134,11 @@ PyObject* layout_key(int form, const at::Tensor* t, int n) {
 }
 
 // The key of a call (a new reference), or nullptr with no error set when the call is not taken.
-PyObject* call_key(GemmRoute* self, PyObject* const* args, Py_ssize_t nargs, at::Tensor* t) {
-  if (!operands(self, args, nargs, t)) return nullptr;
+PyObject* call_key(GemmRoute* self, PyObject* const* args, Py_ssize_t nargs, at::Tensor* t,
+                   std::optional<double>* eps) {
+  if (!operands(self, args, nargs, t, eps)) return nullptr;
   try {
-    return layout_key(self->form, t, static_cast<int>(nargs));
+    return layout_key(self->form, t, self->form == kRmsNorm ? 2 : static_cast<int>(nargs));
   } catch (...) {  // a tensor that cannot describe its layout here: the general path meets it
     return nullptr;
   }
@@ -140,9 +168,10 @@ struct WithoutGil {
   ~WithoutGil() { PyEval_RestoreThread(state); }
 };
 
-at::Tensor torch_function(int form, const at::Tensor* t) {
+at::Tensor torch_function(int form, const at::Tensor* t, std::optional<double> eps) {
   WithoutGil released;
   switch (form) {
+    case kRmsNorm: return at::rms_norm(t[0], t[1].sizes(), t[1], eps);
     case kLinear: return at::linear(t[0], t[1], t[2].defined() ? std::optional<at::Tensor>(t[2]) : std::nullopt);
     case kMm: return at::mm(t[0], t[1]);
     case kAddmm: return at::addmm(t[0], t[1], t[2]);
@@ -156,8 +185,9 @@ PyObject* route_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObjec
   auto* self = reinterpret_cast<GemmRoute*>(op);
   if (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) Py_RETURN_NONE;
   at::Tensor t[3];
+  std::optional<double> eps;
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  PyObject* key = call_key(self, args, nargs, t);
+  PyObject* key = call_key(self, args, nargs, t, &eps);
   const bool hit = key != nullptr && routed(self, key);
   Py_XDECREF(key);
   if (!hit) {
@@ -165,13 +195,14 @@ PyObject* route_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObjec
     Py_RETURN_NONE;
   }
   HANDLE_TH_ERRORS
-  return THPVariable_Wrap(torch_function(self->form, t));
+  return THPVariable_Wrap(torch_function(self->form, t, eps));
   END_HANDLE_TH_ERRORS
 }
 
 PyObject* route_key(PyObject* op, PyObject* const* args, Py_ssize_t nargs) {
   at::Tensor t[3];
-  PyObject* key = call_key(reinterpret_cast<GemmRoute*>(op), args, nargs, t);
+  std::optional<double> eps;
+  PyObject* key = call_key(reinterpret_cast<GemmRoute*>(op), args, nargs, t, &eps);
   if (key != nullptr) return key;
   PyErr_Clear();
   Py_RETURN_NONE;
@@ -191,7 +222,7 @@ PyObject* route_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
                PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(t), reinterpret_cast<PyTypeObject*>(THPVariableClass));
   }
   if (form < 0 || form >= kForms || !PyContextVar_CheckExact(settings_var) || !types_ok) {
-    PyErr_SetString(PyExc_TypeError, "GemmRoute: form 0-5, settings_var a ContextVar, tensor_types torch.Tensor types");
+    PyErr_SetString(PyExc_TypeError, "GemmRoute: form 0-6, settings_var a ContextVar, tensor_types torch.Tensor types");
     return nullptr;
   }
   auto* self = reinterpret_cast<GemmRoute*>(type->tp_alloc(type, 0));

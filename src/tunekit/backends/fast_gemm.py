@@ -5,7 +5,8 @@ costs. Deciding that takes the call's layout (each operand's sizes, strides, ali
 requires grad): read through torch's Python accessors it costs more host time than torch's whole
 call, while from the ``at::Tensor`` it is a few field reads, and torch's function is then called
 without a Python frame (``at::linear``: torch's result and torch's own autograd node).
-``tunekit/ops/gemm/routes.py`` decides which layouts are routed.
+``tunekit/ops/gemm/routes.py`` decides which layouts are routed; form 6 does the same for rms_norm
+(``at::rms_norm``, ``tunekit/ops/rms_norm/route.py``).
 
 Built like :mod:`tunekit.backends.fast_call` (the same compiler, flags, cache and ``TUNEKIT_FAST_CALL``
 switch: off, or not buildable, and no call is routed: the general path runs, with the same results),
@@ -14,10 +15,12 @@ on a worker thread at the first GEMM call, never waited for.
 
 from __future__ import annotations
 
+import threading
+
 from . import extension
 from .fast_call import _flags
 
-__all__ = ["build", "load", "loaded", "unavailable", "when_loaded"]
+__all__ = ["build", "load", "loaded", "unavailable", "when_loaded", "Installer"]
 
 _MODULE = "tunekit_fast_gemm"
 
@@ -50,3 +53,27 @@ def loaded():
 #: ``when_loaded(install)``: ``install(module)`` once the extension is loaded: now if it is, else from this
 #: module's one worker thread, which builds it; never when it cannot be built
 when_loaded = extension.when_loaded_by(_load, "tunekit-fast-gemm-build")
+
+
+class Installer:
+    """A route module's ``install(module)``: :meth:`start` asks for it once the extension is loaded (built
+    on the worker, the first time only), :meth:`ready` builds and installs now, waiting (tests and
+    benchmarks, which must not depend on when a build ends), and says whether it is in place."""
+
+    def __init__(self, install):
+        self.install, self.started, self._lock = install, False, threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self.started:
+                return
+            self.started = True
+        when_loaded(self.install)
+
+    def ready(self) -> bool:
+        with self._lock:
+            self.started = True
+        module = load()
+        if module is not None:
+            self.install(module)
+        return module is not None

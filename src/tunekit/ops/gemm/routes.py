@@ -33,8 +33,6 @@ neither.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from .autograd import backward_operands
@@ -51,8 +49,6 @@ FORMS = ("linear", "mm", "addmm", "bmm", "baddbmm", "matmul")
 
 _routes: dict = {}  # {settings.cache_id: {key: True (routed) / False (never)}}: the C++ routes read it
 _looked: dict = {}  # {(cache_id, key): the GEMM ops' decision count when it was last found undecided}
-_started = threading.Lock()
-_loading = []
 
 
 class _Unrouted:
@@ -117,8 +113,8 @@ def products(c, a, b, dz, weight: bool = False) -> list:
 def learn(route, operands: tuple, plan) -> None:
     """After the general path ran a call of ``route``'s form on ``operands``: route its key or refuse
     it once its GEMMs are decided (``plan()``: their :func:`products`)."""
-    if not _loading:
-        _start()
+    if not _installer.started:
+        _installer.start()
     key = route.key(*operands)
     if key is None:
         return
@@ -139,20 +135,6 @@ def learn(route, operands: tuple, plan) -> None:
         _looked.pop((s.cache_id, key), None)
 
 
-def _start() -> None:
-    with _started:
-        if _loading:
-            return
-        _loading.append(True)
-    fast_gemm.when_loaded(_install)
-
-
-def ready() -> bool:
-    """Build the C++ routes if need be and put them in place now, waiting (tests and benchmarks, which
-    must not depend on when a build finishes); whether they are in place."""
-    with _started:
-        _loading.append(True)
-    module = fast_gemm.load()
-    if module is not None:
-        _install(module)
-    return module is not None
+#: builds the extension and installs the routes (``ready()``: now, waiting; tests and benchmarks)
+_installer = fast_gemm.Installer(_install)
+ready = _installer.ready

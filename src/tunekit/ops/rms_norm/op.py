@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import route
 from .params import RmsNormBackwardParams, RmsNormParams, epsilon
 from .triton_candidates import triton_rms_norm_backward_candidates, triton_rms_norm_candidates
 from .._shared.arguments import computes, traced_computes
@@ -148,6 +149,9 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     """
     if _is_compiling():  # torch.compile: the custom op, no graph break
         return compiled_rms_norm(input, normalized_shape, weight, eps)
+    y = route.call(input, normalized_shape, weight, eps)  # torch's function from C++ where it is the choice
+    if y is not None:
+        return y
     shape = normalized(normalized_shape)
     if not _computed(input, shape, weight, eps):
         return _F_rms_norm(input, normalized_shape, weight, eps)
@@ -155,6 +159,7 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     if not ((input.requires_grad or weight.requires_grad) and _grad_enabled()):
         return _rms_norm_call(params)
     if _torch_decided(params):
+        route.learn(input, shape, weight, eps)
         return _torch_candidate.run(params)  # torch's kernel and its own node
     return RmsNormFunction.apply(input, weight, shape, eps)
 
@@ -162,6 +167,7 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
 #: (settings cache id, params cache key) -> whether the decided choice is torch's kernel (cleared with the op's choices)
 _torch_node: dict = {}
 rms_norm_op.on_forget.append(_torch_node.clear)
+rms_norm_op.on_forget.append(route.forget)
 
 
 def _torch_decided(params: RmsNormParams) -> bool:
