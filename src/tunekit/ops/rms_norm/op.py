@@ -79,8 +79,9 @@ for _c in triton_rms_norm_candidates():
 # -- backward -------------------------------------------------------------------------------------
 def torch_rms_norm_backward(p: RmsNormBackwardParams):
     """(dx, dweight): on CUDA torch's fused gradient kernel (``aten._fused_rms_norm_backward``, fed the
-    rstd it needs from one float32 norm of the rows); on the CPU, where torch has no fused gradient,
-    the formula in float32 with torch ops. The reference every other candidate is checked against."""
+    rstd it needs from one float32 (float64: float64) norm of the rows); on the CPU, where torch has no fused gradient,
+    the formula in float32 (float64 for float64) with torch ops. The reference every other candidate is
+    checked against."""
     x, w, dims = p.x, p.weight, _norm_dims(p.x, p.normalized_shape)
     n, eps = w.numel(), epsilon(x, p.eps)
     acc = torch.promote_types(x.dtype, _f32)  # float32 math; float64 stays float64
