@@ -184,3 +184,24 @@ def test_tuning_the_mm_op_rejects_a_broken_triton_candidate(monkeypatch):
     others = [n for n, rec in records.items() if n != broken.name and rec.status not in ("unsupported",)]
     assert others and all(records[n].status != "numerics" for n in others)
     mm_op.forget()
+
+
+def test_the_warm_up_runs_the_check_once_per_dtype_device_and_activation(monkeypatch):
+    """warm_reference (the op's warm_numerics: run where the budget is paused) checks a small problem of
+    the params' kind, so that the first signature's check does not pay the kernels' first load."""
+    from tunekit.ops.gemm import numerics
+    from tunekit.ops.gemm.op import addmm_op, mm_op
+
+    assert mm_op.warm_numerics is numerics.warm_reference and addmm_op.warm_numerics is numerics.warm_reference
+    monkeypatch.setattr(numerics, "_warmed", set())
+    seen = []
+    check = numerics.check_gemm
+    monkeypatch.setattr(numerics, "check_gemm", lambda p, got, expected: seen.append(p) or check(p, got, expected))
+    p = GemmParams(torch.randn(3, 5), torch.randn(5, 7))
+    numerics.warm_reference(p)
+    numerics.warm_reference(p)
+    assert len(seen) == 1 and seen[0].a.shape == (numerics.WARM_SIZE, numerics.WARM_SIZE)
+    numerics.warm_reference(GemmParams(torch.randn(3, 5), torch.randn(5, 7), activation="gelu"))
+    numerics.warm_reference(GemmParams(torch.randn(3, 5, dtype=torch.bfloat16), torch.randn(5, 7, dtype=torch.bfloat16)))
+    assert [(q.a.dtype, q.activation) for q in seen] == [(torch.float32, "none"), (torch.float32, "gelu"),
+                                                         (torch.bfloat16, "none")]

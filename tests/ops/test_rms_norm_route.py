@@ -13,12 +13,14 @@ from tunekit.ops.rms_norm import route
 from tunekit.ops.rms_norm.op import rms_norm_op
 
 
-@pytest.fixture
-def routed():
-    """A 4 x 64 float32 call whose decided choice is torch's kernel, its layout routed."""
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def routed(request):
+    """A 4 x 64 float32 call whose decided choice is torch's kernel, its layout routed (on the CPU,
+    and on CUDA, where at::rms_norm is torch's fused kernel, as F.rms_norm dispatches)."""
     if not route.ready():
         pytest.skip("the C++ route extension cannot be built here")
-    x, w = torch.randn(4, 64, requires_grad=True), torch.rand(64, requires_grad=True) + 0.5
+    x = torch.randn(4, 64, device=request.param, requires_grad=True)
+    w = (torch.rand(64, device=request.param) + 0.5).requires_grad_()
     with tunekit.tuning(tuning=False):  # the default, torch's kernel, decided at the first call
         tunekit.rms_norm(x, (64,), w, 1e-6)
         assert route.routed_keys() == {}  # the first call decides (through the Function), the second learns

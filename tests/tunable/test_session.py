@@ -168,24 +168,37 @@ def test_an_incomplete_entry_is_resumed_by_the_next_process_from_its_choice():
     assert entry.complete and entry.choice == "fast"
 
 
-def test_background_preparation_is_never_waited_for_by_a_call():
-    """A candidate with prepare() (a compile) is prepared on the worker thread: calls before it is
-    ready run the incumbent and return at once (no wait); a call after it is ready checks it."""
-    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
-    compiled = threading.Event()
-    prepared = []
-    fast = op.candidate("fast")
+def compiled_on_release(op, name: str):
+    """Give candidate ``name`` a prepare() (a compile) that blocks until the returned Event is set;
+    the list gets each params it prepared."""
+    compiled, prepared = threading.Event(), []
+    wrapped = op.candidate(name)
 
     class Prepared:  # the fake candidate, plus a prepare() that blocks until the test says
         def __init__(self):
-            self.name, self.run, self.supports, self.source_hash = fast.name, fast.run, fast.supports, fast.source_hash
+            self.name, self.run, self.supports = wrapped.name, wrapped.run, wrapped.supports
+            self.source_hash = wrapped.source_hash
 
         @staticmethod
         def prepare(params):
             compiled.wait(timeout=30)
             prepared.append(params)
 
-    op.candidates[op.candidates.index(fast)] = op._by_name["fast"] = Prepared()
+    op.candidates[op.candidates.index(wrapped)] = op._by_name[name] = Prepared()
+    return compiled, prepared
+
+
+def wait_until(done) -> None:
+    deadline = time.monotonic() + 30
+    while not done() and time.monotonic() < deadline:  # the worker finishes on its own
+        time.sleep(0.001)
+
+
+def test_background_preparation_is_never_waited_for_by_a_call():
+    """A candidate with prepare() (a compile) is prepared on the worker thread: calls before it is
+    ready run the incumbent and return at once (no wait); a call after it is ready checks it."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    compiled, prepared = compiled_on_release(op, "fast")
     x = torch.randn(64)
     with tuning(tuning_step_ms=5.0, max_tuning_ms=1000.0):
         for _ in range(3):
@@ -194,14 +207,54 @@ def test_background_preparation_is_never_waited_for_by_a_call():
         session = next(iter(op._sessions.values()))
         assert session.waited_ms == 0.0
         compiled.set()
-        deadline = time.monotonic() + 30
-        while not prepared and time.monotonic() < deadline:  # the worker finishes on its own
-            time.sleep(0.001)
+        wait_until(lambda: prepared)
         for _ in range(200):
             r = op.resolve(ScaleParams(x))
             if r.cache:
                 break
     assert prepared and r.candidate.name == "fast" and op.runs["fast"] >= 2 + MIN_ROUNDS
+
+
+def test_candidates_with_nothing_to_compile_leave_part_of_the_budget_to_those_compiling():
+    """Eight ready candidates (cuBLASLt's algorithms: no compile) would spend the whole budget before the
+    compiled one (a Triton kernel, 8x faster) is ready: they stop at PREPARED_RESERVE of it, the calls
+    run the default while it compiles, and once ready it is checked, probed and, decisive, chosen."""
+    slow = {f"ready{i}": 3.9 for i in range(8)}
+    op, clock = fresh_op({"ref": 4.0, **slow, "fast": 0.5})
+    compiled, prepared = compiled_on_release(op, "fast")
+    x = torch.randn(64)
+    budget = 40.0
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=budget):
+        for _ in range(50):
+            assert op.resolve(ScaleParams(x)).candidate.name == "ref"
+        try:
+            under_way = next(iter(op._sessions.values()))
+            spent = under_way.budget.spent_ms()
+            assert 0 < op.runs["ready0"] and op.runs["ready7"] == 0  # the ready ones ran until the reserve
+            assert budget * (1 - session.PREPARED_RESERVE) <= spent < budget
+            assert under_way.parked()  # nothing left to do but wait: calls no longer resume the session
+        finally:
+            compiled.set()  # a failed assertion must not leave the worker blocked for the next tests
+        wait_until(lambda: prepared)
+        for _ in range(200):
+            r = op.resolve(ScaleParams(x))
+            if r.cache:
+                break
+    assert r.candidate.name == "fast", r.why
+    entry = results_store().get("scale", ScaleParams(x).signature(), CPU)
+    assert entry.choice == "fast" and entry.candidates["fast"].status == "chosen"
+
+
+def test_without_compiles_under_way_ready_candidates_use_the_whole_budget():
+    slow = {f"ready{i}": 3.9 for i in range(8)}
+    op, clock = fresh_op({"ref": 4.0, **slow, "fast": 0.5})
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=40.0):
+        for _ in range(100):
+            if op.resolve(ScaleParams(x)).cache:
+                break
+    entry = results_store().get("scale", ScaleParams(x).signature(), CPU)
+    assert not entry.complete and entry.candidates["ready4"].status != "skipped"
 
 
 def test_explain_completes_a_tuning_in_progress():
@@ -230,3 +283,19 @@ def test_the_support_screen_is_not_charged_to_the_budget(monkeypatch):
         report = find_fastest(op, ScaleParams(x), s, clock=clock)
     assert report.choice == "fast" and report.complete, report.candidates
     assert report.tuning_ms < 100.0
+
+
+def test_the_numerical_checks_warm_up_is_not_charged_to_the_budget():
+    """The op's warm_numerics (the GEMM check's first float64 kernels: 230 ms on the H100, once per
+    process) runs where the budget is paused: charged, it spent the first signature's 200 ms."""
+    op, clock = fresh_op({"ref": 4.0, "fast": 1.0})
+    warmed = []
+    op.warm_numerics = lambda p: warmed.append(p) or clock.advance(1000.0)
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+    assert len(warmed) == 1 and report.choice == "fast" and report.complete, report.candidates
+    assert report.tuning_ms < 100.0
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf"), numerical_check=False) as s:
+        find_fastest(op, ScaleParams(x), s, clock=clock)
+    assert len(warmed) == 1  # no check, nothing to warm

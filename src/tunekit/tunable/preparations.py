@@ -67,6 +67,10 @@ class Preparations:
         with _count_lock:
             self.finished += 1
 
+    def started(self, name: str) -> bool:
+        """Whether ``name`` has a preparation (running, done or cancelled) in this session."""
+        return name in self._futures
+
     def ready(self, name: str) -> bool:
         """Whether ``name`` can be checked now (its preparation ended, or it has none)."""
         future = self._futures.get(name)

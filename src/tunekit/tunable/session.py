@@ -12,6 +12,8 @@ numerical check probes decisively faster (:data:`DECISIVE`), then that challenge
   compile and load, never a launch) are prepared on worker threads; a call never waits for them
   (it runs the incumbent, and a later call checks a candidate once it is prepared): waiting for a
   compile took each call's whole 20 ms share for dozens of calls.
+- Candidates that compile must not find the budget spent when they are ready: while any compiles,
+  those with nothing to compile may use only part of it (:data:`PREPARED_RESERVE`).
 - A budget spent before the timed rounds must not freeze the default when the evidence is already
   clear: a checked challenger whose probe is several times faster is no noise. After the budget,
   the choice is the incumbent (or, with complete rounds, the margin rule's winner), and the entry
@@ -23,9 +25,9 @@ numerical check probes decisively faster (:data:`DECISIVE`), then that challenge
 The session owns copies of the inputs (the caller's tensors may change between calls), the input
 sets that keep timed runs cold in L2, and each candidate's captured measurement; it drops them when
 it ends. Budget: ``max_tuning_ms`` of the calling thread's time inside :meth:`advance`, waits for
-background preparation excluded (they cost the call's share, not the budget), and so is the support
-screen (its first run in a process imports the backends: half a second for Triton's GEMM kernels,
-which left a 200 ms budget nothing to check a candidate with).
+background preparation excluded, and so are the support screen (its first run imports the backends:
+0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the GEMM check's first float64 kernels
+load in 230 ms): charged, each left a 200 ms budget nothing to check a candidate with.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ UNIT_WINDOW = 3
 #: the default's probe times this is the most its timed rounds are taken to read (probes are one pass:
 #: a few percent of noise), when judging whether any challenger could save the op's challenger_host_ms
 PROBE_SLACK = 1.05
+#: share of the budget kept for candidates compiling in the background: those with nothing to compile (cuBLASLt's
+#: algorithms) may spend only the rest before them (without it, 4097 x 4095 x 4096 froze on cuBLAS, 6.5x slower)
+PREPARED_RESERVE = 0.5
 _WAIT = object()  # yielded when every remaining check waits for a background preparation
 
 @dataclass
@@ -158,9 +163,11 @@ class TuningSession:
     def _work(self):
         # long: the whole tuning as one generator, so the steps read in order; each phase is a method
         op, s = self.op, self.settings
-        self.budget.pause()  # screening loads the backends (once per process): not this signature's work
+        self.budget.pause()  # screen and warm-up load backends and kernels once per process: not this signature's
         try:
             supported = self._screen_support()
+            if s.numerical_check and op.warm_numerics is not None:
+                op.warm_numerics(self.trial)
         finally:
             self.budget.resume()
         base, expected = reference(op, self.trial)
@@ -247,7 +254,7 @@ class TuningSession:
                     self.preparations.cancel(c.name)
                 return
             self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
-            c = next((c for c in pending if self.preparations.ready(c.name)), None)
+            c = self._next_to_check(pending)
             if c is None:
                 yield _WAIT
                 continue
@@ -265,6 +272,16 @@ class TuningSession:
             if self.probe[c.name] * DECISIVE <= self.probe.get(self.incumbent.name, math.inf):
                 self.incumbent = c
             yield
+
+    def _next_to_check(self, pending):
+        """The first ready candidate; one with nothing to compile waits while others compile and the budget
+        left is down to :data:`PREPARED_RESERVE` (None: wait for a preparation)."""
+        compiling = any(self.preparations.started(c.name) for c in pending)
+        hold = self.settings.max_tuning_ms * PREPARED_RESERVE if compiling else 0.0
+        for c in pending:
+            if self.preparations.ready(c.name) and (self.preparations.started(c.name) or self.budget.left_ms() > hold):
+                return c
+        return None
 
     def _measure(self, c, reps: int = 1) -> float:
         return self.timer.measure(self._runner(c), reps) / len(self.sets)

@@ -15,8 +15,7 @@ one signature tune once, and tuning runs never overlap each other's timings):
    prepared on a worker while a stand-in or the default runs);
 3. tuning on, not capturing a CUDA graph -> a tuning session, spread over calls (its incumbent runs
    meanwhile, from the cache while the session waits for compiles), then the entry is stored;
-4. otherwise the default, and the signature is recorded as untuned when ``record_untuned`` is on (during
-   graph capture nothing is cached, so the first eager call after capture still tunes).
+4. otherwise the default, recorded as untuned with ``record_untuned`` (nothing cached in graph capture).
 """
 
 from __future__ import annotations
@@ -112,8 +111,9 @@ class TunableOp:
         self.online_preparations: int | None = None
         #: ms of device time a challenger must save beyond the margin: host time its call path adds (session.py)
         self.challenger_host_ms = 0.0
-        #: called whenever choices are dropped (forget, forget_untuned): caches derived elsewhere go too
-        self.on_forget: list[Callable[[], None]] = []
+        #: the numerical check's once-per-process work (loading its kernels), off the budget (session.py); or None
+        self.warm_numerics: Callable[[OpParams], None] | None = None
+        self.on_forget: list[Callable[[], None]] = []  # called whenever choices are dropped: derived caches go too
         #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
         self.call = self._make_call()
         #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py): in
