@@ -106,6 +106,8 @@ def test_fast_call_leaves_what_it_cannot_key_to_the_general_path(module):
         fc(x, "a", "b")
     with pytest.raises(TypeError):
         module.FastCall(runners, context._current, context, int)
+    with pytest.raises(TypeError):  # the differentiable runners: a frozenset
+        module.FastCall(runners, context._current, context, torch.Tensor, [lambda t: "ran"])
 
 
 def test_build_flags_name_the_directories_cpp_extension_would():

@@ -207,3 +207,29 @@ def test_installing_drops_the_backward_sessions_the_function_started():
     assert silu_module.silu_op.decisions(tunekit.tunable.context.current()) == decided
     y = grad_call.call(x)
     assert y.grad_fn.name() == "SiluBackward0"
+
+
+@pytest.mark.parametrize("case", ["silu", "gelu", "gelu_tanh"])
+def test_with_torchs_kernel_decided_a_differentiable_call_is_torchs_own_call(case, monkeypatch):
+    """Where the decided forward is torch's kernel (on the CPU always), its runner is torch's function,
+    named differentiable: the fast call gives its result and node directly (F.silu's host cost; the C++
+    autograd call's Python forward callback and hand-built node cost 1-4 us more on the CPU host)."""
+    ours, theirs, name = CASES[case]
+    _warm(ours)
+    module = silu_module if case == "silu" else gelu_module
+    grad_call = module._silu_grad_call if case == "silu" else module._gelu_grad_call
+
+    def not_expected(*args):
+        raise AssertionError("the C++ autograd call was taken")
+    monkeypatch.setattr(grad_call, "call", not_expected)
+    x = torch.randn(37, 65, requires_grad=True)
+    y = ours(x)
+    assert y.grad_fn.name() == name
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    b = x.detach().clone().requires_grad_()
+    theirs(b).backward(dy)
+    assert torch.equal(x.grad, b.grad) and torch.equal(y.detach(), theirs(x.detach()))
+    with tunekit.patch(["silu", "gelu"]):  # the patched torch function takes the same path
+        y2 = (F.silu(x) if case == "silu" else F.gelu(x, approximate="tanh" if case == "gelu_tanh" else "none"))
+    assert y2.grad_fn.name() == name and torch.equal(y2.detach(), y.detach())

@@ -109,6 +109,37 @@ def test_what_the_fast_call_leaves_to_the_general_path(implementation):
     assert len(op.log) == 1
 
 
+def test_a_differentiable_runner_takes_a_tensor_that_requires_grad(implementation):
+    """A runner the op names differentiable (torch's own function: its result and autograd node, as
+    silu's and gelu's torch kernels) takes x requiring grad; the others leave it to the general path."""
+    def twice(x):  # one object, cached for the key: a differentiable torch computation
+        return x * 2
+
+    op = make_fast_op({"ref": 2.0, "fast": 1.0}, implementation)
+    op.differentiable_runners = frozenset({twice})
+    op.candidate("fast").fast_runner = lambda p: twice
+    if implementation == "python":
+        op.fast_call = fast_path.python_fast_call(op._runners, op.differentiable_runners)
+    else:
+        op._fast_call_made = False  # made again at the first runner, with the set
+    x = torch.randn(10, 10)
+    op(FastScaleParams(x))
+    if implementation == "native":
+        op.fast_call = fast_call.load().FastCall(op._runners, context._current, context, torch.Tensor,
+                                                 op.differentiable_runners)
+    leaf = x.clone().requires_grad_()
+    y = op.fast_call(leaf)
+    assert y is not None and y.grad_fn is not None
+    y.sum().backward()
+    assert torch.equal(leaf.grad, torch.full_like(x, 2.0))
+    with torch.no_grad():
+        assert op.fast_call(leaf).grad_fn is None  # torch's function under no_grad: no node, as torch
+    op.differentiable_runners = frozenset()
+    fresh = fast_path.python_fast_call(op._runners) if implementation == "python" else \
+        fast_call.load().FastCall(op._runners, context._current, context, torch.Tensor)
+    assert fresh(leaf) is None and fresh(x) is not None  # not named differentiable: the general path
+
+
 def test_the_extra_argument_is_part_of_the_key(implementation):
     op = make_fast_op({"ref": 2.0}, implementation)
     x = torch.randn(100)

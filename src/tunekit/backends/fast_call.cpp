@@ -1,10 +1,11 @@
 // A tunable op's cached call in C++, as a small CPython extension against libtorch (built at first
 // use by tunekit.backends.fast_call; see there for why). Two types:
 //
-//   FastCall(runners, settings_var, context, tensor_type)(x[, extra]) -> result or None
+//   FastCall(runners, settings_var, context, tensor_type, differentiable=frozenset())(x[, extra]) -> result or None
 //
 // The fast path of tunekit/tunable/fast_path.py (which has the same steps in Python, used when this
-// cannot be built): for x of exactly tensor_type, not requiring grad, contiguous, the cache key
+// cannot be built): for x of exactly tensor_type, contiguous, not requiring grad unless the runner
+// is one of `differentiable` (torch's own function: its result and autograd node), the cache key
 // (x.dtype, x.numel(), x.data_ptr() & 15, x.device) (paired with extra when given: ((...), extra)),
 // the settings (settings_var, else context._defaults), and when they are enabled and
 // runners[settings.cache_id] holds a runner for the key, runner(x). Otherwise None (also when
@@ -76,6 +77,7 @@ struct FastCall {
   PyObject* settings_var;  // the ContextVar holding the current settings (or None)
   PyObject* context;       // the module whose _defaults are the settings when the variable holds none
   PyObject* tensor_type;   // torch.Tensor: subclasses take the general path
+  PyObject* differentiable;  // a frozenset of the runners that may take a tensor requiring grad
   vectorcallfunc vectorcall;
 };
 
@@ -100,10 +102,11 @@ PyObject* current_runners(FastCall* self) {
   return table;
 }
 
-// The cache key of x, or nullptr when x does not take the fast path.
-PyObject* cache_key(PyObject* x, PyObject* extra) {
+// The cache key of x, or nullptr when x does not take the fast path; *grad: x requires grad.
+PyObject* cache_key(PyObject* x, PyObject* extra, bool* grad) {
   const at::Tensor& t = THPVariable_Unpack(x);
-  if (!t.defined() || t.requires_grad() || !t.is_contiguous()) return nullptr;
+  if (!t.defined() || !t.is_contiguous()) return nullptr;
+  *grad = t.requires_grad();
   const auto address = reinterpret_cast<std::uintptr_t>(t.data_ptr());
   PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));  // borrowed
   PyObject* numel = PyLong_FromLongLong(t.numel());
@@ -133,9 +136,11 @@ PyObject* fastcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
   try {
     PyObject* table = current_runners(self);
     if (table != nullptr) {
-      PyObject* key = cache_key(x, nargs == 2 ? args[1] : nullptr);
+      bool grad = false;
+      PyObject* key = cache_key(x, nargs == 2 ? args[1] : nullptr, &grad);
       if (key != nullptr) {
         runner = PyDict_GetItemWithError(table, key);
+        if (runner != nullptr && grad && PySet_Contains(self->differentiable, runner) != 1) runner = nullptr;
         Py_XINCREF(runner);
         Py_DECREF(key);
       }
@@ -154,18 +159,25 @@ PyObject* fastcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
 }
 
 PyObject* fastcall_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *runners, *settings_var, *context, *tensor_type;
-  static const char* names[] = {"runners", "settings_var", "context", "tensor_type", nullptr};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO:FastCall", const_cast<char**>(names), &PyDict_Type, &runners,
-                                   &settings_var, &context, &tensor_type))
+  PyObject *runners, *settings_var, *context, *tensor_type, *differentiable = nullptr;
+  static const char* names[] = {"runners", "settings_var", "context", "tensor_type", "differentiable", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO|O!:FastCall", const_cast<char**>(names), &PyDict_Type,
+                                   &runners, &settings_var, &context, &tensor_type, &PyFrozenSet_Type, &differentiable))
     return nullptr;
+  differentiable = differentiable != nullptr ? Py_NewRef(differentiable) : PyFrozenSet_New(nullptr);
+  if (differentiable == nullptr) return nullptr;
   if (!PyContextVar_CheckExact(settings_var) || !PyType_Check(tensor_type) ||
       !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(tensor_type), reinterpret_cast<PyTypeObject*>(THPVariableClass))) {
     PyErr_SetString(PyExc_TypeError, "FastCall: settings_var must be a ContextVar and tensor_type torch.Tensor");
+    Py_DECREF(differentiable);
     return nullptr;
   }
   auto* self = reinterpret_cast<FastCall*>(type->tp_alloc(type, 0));
-  if (self == nullptr) return nullptr;
+  if (self == nullptr) {
+    Py_DECREF(differentiable);
+    return nullptr;
+  }
+  self->differentiable = differentiable;  // the reference taken above
   for (PyObject* o : {runners, settings_var, context, tensor_type}) Py_INCREF(o);
   self->runners = runners;
   self->settings_var = settings_var;
@@ -180,6 +192,7 @@ int fastcall_traverse(FastCall* self, visitproc visit, void* arg) {
   Py_VISIT(self->settings_var);
   Py_VISIT(self->context);
   Py_VISIT(self->tensor_type);
+  Py_VISIT(self->differentiable);
   return 0;
 }
 
@@ -188,6 +201,7 @@ int fastcall_clear(FastCall* self) {
   Py_CLEAR(self->settings_var);
   Py_CLEAR(self->context);
   Py_CLEAR(self->tensor_type);
+  Py_CLEAR(self->differentiable);
   return 0;
 }
 
@@ -315,7 +329,7 @@ int ready_types() {
   FastCallType.tp_name = "tunekit_fast_call.FastCall";
   FastCallType.tp_basicsize = sizeof(FastCall);
   FastCallType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
-  FastCallType.tp_doc = "FastCall(runners, settings_var, context, tensor_type): a tunable op's fast path";
+  FastCallType.tp_doc = "FastCall(runners, settings_var, context, tensor_type, differentiable=frozenset()): a tunable op's fast path";
   FastCallType.tp_new = fastcall_new;
   FastCallType.tp_call = PyVectorcall_Call;
   FastCallType.tp_vectorcall_offset = offsetof(FastCall, vectorcall);

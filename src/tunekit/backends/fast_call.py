@@ -100,16 +100,17 @@ def _load_in_background() -> Future:
         return _loading
 
 
-def make_fast_call(runners: dict, install) -> None:
-    """``install`` a ``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``):
+def make_fast_call(runners: dict, install, differentiable: frozenset = frozenset()) -> None:
+    """``install`` a ``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``;
+    ``differentiable``: those that may take a tensor requiring grad, ``tunable/fast_path.py``):
     the C++ ``FastCall`` once the extension is loaded, the runtime's Python one (the same steps)
     until then, and for good where it does not build.
 
     Why on a worker: building takes seconds the first time on a machine (12-14 s measured on the
     H100 machine), and the call that caches an op's first runner must not wait for the compiler."""
     def install_for(module) -> None:
-        install(python_fast_call(runners) if module is None else
-                module.FastCall(runners, context._current, context, torch.Tensor))
+        install(python_fast_call(runners, differentiable) if module is None else
+                module.FastCall(runners, context._current, context, torch.Tensor, differentiable))
 
     if _load.done() or not switch("TUNEKIT_FAST_CALL"):  # a bad value raises SettingError here
         install_for(load())

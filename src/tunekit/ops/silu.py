@@ -17,8 +17,8 @@ Two tunable ops, each with its candidates (kernels live in ``tunekit/kernels/<ba
 The path of a call: :func:`silu` -> (compiling: :func:`compiled_silu`, the custom op
 ``tunekit::silu``) -> the fast path (``silu_op.fast_call``) or ``silu_op.call(SiluParams(x))`` ->
 the chosen candidate. Autograd: on a tensor that requires grad, once its forward's runner is cached,
-the tuned forward with torch's own ``SiluBackward0`` node (``_shared/grad_call.py``: torch's host
-cost); before that :class:`SiluFunction`, whose backward calls the tuned :func:`silu_backward`. Drop-in use:
+torch's own function where that is the choice (the fast call: F.silu's result, node and host cost),
+else the tuned forward with torch's own ``SiluBackward0`` node (``_shared/grad_call.py``); before that :class:`SiluFunction`, whose backward calls the tuned :func:`silu_backward`. Drop-in use:
 :class:`SiLU` (``tunekit.nn.SiLU``) and the ``tunekit.patch()`` replacements of ``F.silu`` and
 ``nn.SiLU.forward`` at the end.
 """
@@ -87,6 +87,7 @@ def make_example(shape, dtype=torch.float32, device="cpu") -> SiluParams:
 
 silu_op = register(elementwise_op("silu", SiluParams, make_params=make_params, make_example=make_example))
 silu_op.add(torch_silu, default=True, fast_runner=lambda p: _silu)  # run(p) is _silu(p.x) when out is None
+silu_op.differentiable_runners = frozenset({_silu})  # torch's function: F.silu's result and node, at its host cost
 silu_op.add(torch_x_sigmoid)
 for _c in cuda_candidates("silu.cu", "silu") + triton_candidates("silu", "silu_forward_kernel", ("x",)):
     silu_op.add(_c)
@@ -273,7 +274,13 @@ def compiled_silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 # -- drop-in use: tunekit.nn.SiLU and tunekit.patch() ---------------------------------------------
 def routed_silu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """:func:`silu` for a call routed from torch's entry points (after ``routing.takes(x)``), with
-    the "inside tunekit" flag set so the torch functions tunekit calls reach torch while patched."""
+    the "inside tunekit" flag set so the torch functions tunekit calls reach torch while patched. The
+    cached choice's runner first, without the flag: torch's own function or a kernel launch, nothing
+    that calls back into Python (the flag and the public function cost a patched call ~1 us)."""
+    if not inplace:
+        y = silu_op.fast_call(x)
+        if y is not None:
+            return y
     state = routing.state
     state.inside = True
     try:

@@ -10,10 +10,13 @@ Why: on a cached call of a small op host time is the whole cost, and the bar is 
   ``Candidate.fast_runner``). ``TunableOp`` caches it next to the choice, under the same settings
   and cache key, for params in fast form (``params.fast_form()``: no ``out``, contiguous ``x``),
   and drops it with the choice.
-- ``fast_call(x[, extra])``: for ``x`` exactly a ``torch.Tensor``, not requiring grad,
-  contiguous, the key ``(x.dtype, x.numel(), x.data_ptr() & 15, x.device)`` (that is
+- ``fast_call(x[, extra])``: for ``x`` exactly a ``torch.Tensor``, contiguous, the key ``(x.dtype, x.numel(), x.data_ptr() & 15, x.device)`` (that is
   ``UnaryParams.cache_key()``; paired with ``extra``, as gelu's ``approximate``: ``(key, extra)``),
-  the current settings, enabled, their runners, the runner for the key, ``runner(x)``.
+  the current settings, enabled, their runners, the runner for the key, ``runner(x)``; for ``x``
+  requiring grad only when the runner is one of the op's ``differentiable`` ones: torch's own
+  function, whose result gets torch's autograd node as ``F.silu``'s does (the C++ autograd call,
+  ``ops/_shared/grad_call.py``, added 2-4 us to that on the CPU host: a Python forward callback
+  and a node built by hand).
 
 :func:`python_fast_call` is these steps in Python, the runtime's own. The same steps in C++
 (``FastCall`` of ``tunekit/backends/fast_call.cpp``, which reads the tensor's fields from the
@@ -33,13 +36,14 @@ from . import context
 __all__ = ["python_fast_call", "install_python_fast_call"]
 
 
-def python_fast_call(runners: dict) -> Callable:
-    """``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``) in Python."""
+def python_fast_call(runners: dict, differentiable: frozenset = frozenset()) -> Callable:
+    """``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``) in Python;
+    ``differentiable``: the runners that may take a tensor requiring grad."""
     get_settings = context._current.get
     tensor = torch.Tensor
 
     def fast_call(x, *extra):
-        if type(x) is not tensor or x.requires_grad or not x.is_contiguous():
+        if type(x) is not tensor or not x.is_contiguous():
             return None
         s = get_settings() or context._defaults
         if not s.enabled:
@@ -52,11 +56,14 @@ def python_fast_call(runners: dict) -> Callable:
             runner = table.get((key, *extra) if extra else key)
         except TypeError:  # an unhashable argument: the general path gives the clear error
             return None
-        return None if runner is None else runner(x)
+        if runner is None or (x.requires_grad and runner not in differentiable):
+            return None
+        return runner(x)
 
     return fast_call
 
 
-def install_python_fast_call(runners: dict, install: Callable[[Callable], None]) -> None:
+def install_python_fast_call(runners: dict, install: Callable[[Callable], None],
+                             differentiable: frozenset = frozenset()) -> None:
     """A TunableOp's default ``fast_calls``: ``install`` the Python fast call over ``runners``."""
-    install(python_fast_call(runners))
+    install(python_fast_call(runners, differentiable))

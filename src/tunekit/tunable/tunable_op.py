@@ -90,7 +90,7 @@ class TunableOp:
                  make_example: Callable[..., OpParams] | None = None,
                  tolerance: Callable[[OpParams], tuple[float, float]] | None = None,
                  numerics: Callable[[OpParams, tuple, tuple], str | None] | None = None,
-                 fast_calls: Callable[[dict, Callable], None] = fast_path.install_python_fast_call):
+                 fast_calls: Callable[[dict, Callable, frozenset], None] = fast_path.install_python_fast_call):
         self.name, self.params_type = name, params_type
         #: builds params from the public function's arguments (explain)
         self.make_params = make_params
@@ -111,13 +111,12 @@ class TunableOp:
         self.online_preparations: int | None = None
         #: ms of device time a challenger must save beyond the margin: host time its call path adds (session.py)
         self.challenger_host_ms = 0.0
-        #: the numerical check's once-per-process work (loading its kernels), off the budget (session.py); or None
-        self.warm_numerics: Callable[[OpParams], None] | None = None
+        self.warm_numerics: Callable[[OpParams], None] | None = None  # the check's kernel loads, off the budget
         self.on_forget: list[Callable[[], None]] = []  # called whenever choices are dropped: derived caches go too
-        #: the call path as a plain function: ``op.call(params)`` is ``op(params)``, a little faster
-        self.call = self._make_call()
-        #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py): in
-        #: Python until a runner is cached, then what ``fast_calls(runners, install)`` installs (C++, see there)
+        self.call = self._make_call()  # the call path as a plain function: op.call(params) is op(params), faster
+        #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py): in Python
+        #: until a runner is cached, then what ``fast_calls`` installs; differentiable runners may take x requiring grad
+        self.differentiable_runners = frozenset()
         self.fast_call = fast_path.python_fast_call(self._runners)
         self._fast_calls, self._fast_call_made = fast_calls, False
 
@@ -216,7 +215,8 @@ class TunableOp:
             self._runners.setdefault(s.cache_id, {})[key] = runner
             if not self._fast_call_made:  # made here, not at import: the first runner needs it
                 self._fast_call_made = True
-                self._fast_calls(self._runners, functools.partial(setattr, self, "fast_call"))
+                self._fast_calls(self._runners, functools.partial(setattr, self, "fast_call"),
+                                 self.differentiable_runners)
 
     def resolve(self, params: OpParams, s: context.TuningSettings | None = None, *, finish: bool = False) -> Resolution:
         """Decide which candidate runs ``params`` (tuning if the settings allow it). A new signature's

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .._shared.arguments import (APPROXIMATIONS, TORCH, check_approximate, check_float_tensor, check_gradient_pair,
@@ -21,6 +23,7 @@ __all__ = ["GeluParams", "GeluBackwardParams", "GeluFunction", "gelu", "gelu_bac
 
 _gelu = torch._C._nn.gelu
 _gelu_ = torch._C._nn.gelu_
+_gelu_tanh = functools.partial(_gelu, approximate="tanh")
 _aten_gelu_backward = torch.ops.aten.gelu_backward.default
 _aten_gelu_backward_out = torch.ops.aten.gelu_backward.grad_input
 _grad_enabled = torch.is_grad_enabled
@@ -87,10 +90,9 @@ def torch_gelu(p: GeluParams) -> torch.Tensor:
 
 
 def _torch_gelu_runner(approximate: str):
-    """``torch_gelu``'s run for ``out`` None with ``approximate`` bound (a runner: see tunable_op)."""
-    if approximate == "none":
-        return _gelu
-    return lambda x: _gelu(x, approximate=approximate)
+    """``torch_gelu``'s run for ``out`` None with ``approximate`` bound (a runner: see tunable_op); one
+    object per form, so that it can be named differentiable."""
+    return _gelu if approximate == "none" else _gelu_tanh
 
 
 def make_params(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None = None,
@@ -108,6 +110,7 @@ def make_example(shape, dtype=torch.float32, device="cpu", approximate: str = "n
 gelu_op = register(elementwise_op("gelu", GeluParams, make_params=make_params, make_example=make_example,
                                   tolerance=gelu_tolerance))
 gelu_op.add(torch_gelu, default=True, fast_runner=lambda p: _torch_gelu_runner(p.approximate))
+gelu_op.differentiable_runners = frozenset({_gelu, _gelu_tanh})  # F.gelu's result and node, at its host cost
 for _c in (cuda_candidates("gelu.cu", "gelu", when={"approximate": "none"})
            + cuda_candidates("gelu.cu", "gelu_tanh", when={"approximate": "tanh"})
            + triton_candidates("gelu", "gelu_forward_kernel", ("x",), _tanh_flag)):
