@@ -199,6 +199,9 @@ def test_the_warm_up_runs_the_check_once_per_dtype_device_and_activation(monkeyp
     monkeypatch.setattr(numerics, "check_gemm", lambda p, got, expected: seen.append(p) or check(p, got, expected))
     p = GemmParams(torch.randn(3, 5), torch.randn(5, 7))
     numerics.warm_reference(p)
+    assert seen == []  # the CPU loads no kernel lazily: nothing to warm
+    monkeypatch.setattr(numerics, "_loads_kernels_lazily", lambda device: True)  # as CUDA does
+    numerics.warm_reference(p)
     numerics.warm_reference(p)
     assert len(seen) == 1 and seen[0].a.shape == (numerics.WARM_SIZE, numerics.WARM_SIZE)
     numerics.warm_reference(GemmParams(torch.randn(3, 5), torch.randn(5, 7), activation="gelu"))

@@ -122,15 +122,20 @@ def check_gemm(p, got: tuple, expected: tuple) -> str | None:
             f"worst at flat index {worst}: {float(g.flatten()[worst]):.7g} vs exact {float(ref):.7g}")
 
 
+def _loads_kernels_lazily(device: torch.device) -> bool:
+    return device.type == "cuda"
+
+
 def warm_reference(p) -> None:
     """The check once on a small problem of ``p``'s dtype, device and activation, once per process
     (``TunableOp.warm_numerics``: run where the tuning budget is paused). Why: the first float64 GEMM and
     elementwise kernels a process runs take their load time, 230 ms on the H100, which the first GEMM
     signature's 200 ms budget paid before, and it froze on cuBLAS; after the warm-up, a check costs
-    what it computes (1-6 ms at 4096 x 6144 x 4096)."""
+    what it computes (1-6 ms at 4096 x 6144 x 4096). Nothing on the CPU: no kernel loads lazily there, and
+    the small problem alone took 0.2 s on the 2-core host."""
     a = p.a
     key = (a.device, a.dtype, p.activation)
-    if key in _warmed:
+    if key in _warmed or not _loads_kernels_lazily(a.device):
         return
     x = torch.randn(WARM_SIZE, WARM_SIZE, dtype=a.dtype, device=a.device)
     small = GemmParams(x, x, activation=p.activation)
