@@ -201,7 +201,9 @@ def test_the_warm_up_runs_the_check_once_per_dtype_device_and_activation(monkeyp
     numerics.warm_reference(p)
     assert seen == []  # the CPU loads no kernel lazily: nothing to warm
     monkeypatch.setattr(numerics, "_loads_kernels_lazily", lambda device: True)  # as CUDA does
+    state = torch.get_rng_state()
     numerics.warm_reference(p)
+    assert torch.equal(torch.get_rng_state(), state)  # the user's random stream is untouched
     numerics.warm_reference(p)
     assert len(seen) == 1 and seen[0].a.shape == (numerics.WARM_SIZE, numerics.WARM_SIZE)
     numerics.warm_reference(GemmParams(torch.randn(3, 5), torch.randn(5, 7), activation="gelu"))

@@ -223,3 +223,20 @@ def test_cached_call_times_the_runner_for_a_new_output_and_run_otherwise():
     before = op.clock()
     cached_call(c, given, make_trial(given))()
     assert op.log == [] and op.clock() > before  # an out= call runs run(), into the proxy output
+
+
+def test_an_unhashable_runner_is_not_named_differentiable(implementation):
+    """Both fast calls give None for x requiring grad when the runner cannot be looked up in the set."""
+    class Unhashable:
+        __hash__ = None
+
+        def __call__(self, x):
+            return x * 2
+
+    x = torch.randn(8)
+    runners = {context.current().cache_id: {(x.dtype, x.numel(), x.data_ptr() & 15, x.device): Unhashable()}}
+    differentiable = frozenset({abs})
+    fc = fast_path.python_fast_call(runners, differentiable) if implementation == "python" else \
+        fast_call.load().FastCall(runners, context._current, context, torch.Tensor, differentiable)
+    torch.testing.assert_close(fc(x), 2 * x)
+    assert fc(x.requires_grad_()) is None

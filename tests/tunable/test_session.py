@@ -299,3 +299,8 @@ def test_the_numerical_checks_warm_up_is_not_charged_to_the_budget():
     with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf"), numerical_check=False) as s:
         find_fastest(op, ScaleParams(x), s, clock=clock)
     assert len(warmed) == 1  # no check, nothing to warm
+    alone, clock = fresh_op({"ref": 4.0, "slow": 9.0}, behaviours={"slow": "unsupported"})
+    alone.warm_numerics = lambda p: warmed.append(p) or clock.advance(1000.0)
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf")) as s:
+        find_fastest(alone, ScaleParams(x), s, clock=clock)
+    assert len(warmed) == 1  # only the default can run: nothing is checked, nothing warmed

@@ -140,8 +140,8 @@ PyObject* fastcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
       PyObject* key = cache_key(x, nargs == 2 ? args[1] : nullptr, &grad);
       if (key != nullptr) {
         runner = PyDict_GetItemWithError(table, key);
-        if (runner != nullptr && grad && PySet_Contains(self->differentiable, runner) != 1) runner = nullptr;
-        Py_XINCREF(runner);
+        Py_XINCREF(runner);  // before PySet_Contains, which may run Python code
+        if (runner != nullptr && grad && PySet_Contains(self->differentiable, runner) != 1) Py_CLEAR(runner);
         Py_DECREF(key);
       }
       Py_DECREF(table);

@@ -56,11 +56,18 @@ def python_fast_call(runners: dict, differentiable: frozenset = frozenset()) -> 
             runner = table.get((key, *extra) if extra else key)
         except TypeError:  # an unhashable argument: the general path gives the clear error
             return None
-        if runner is None or (x.requires_grad and runner not in differentiable):
+        if runner is None or (x.requires_grad and not _named(runner, differentiable)):
             return None
         return runner(x)
 
     return fast_call
+
+
+def _named(runner, differentiable) -> bool:
+    try:
+        return runner in differentiable
+    except TypeError:  # an unhashable runner: not named (the C++ fast call's answer too)
+        return False
 
 
 def install_python_fast_call(runners: dict, install: Callable[[Callable], None],

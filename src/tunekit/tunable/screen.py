@@ -19,6 +19,7 @@ reads its inputs cold from memory, not from L2.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -67,6 +68,15 @@ class WorkBudget:
         if self._since is not None:
             self.spent += self.clock() - self._since
             self._since = None
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Work inside is not counted (resumed after it, also when it raises)."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
 
     def spent_ms(self) -> float:
         running = self.clock() - self._since if self._since is not None else 0.0

@@ -150,26 +150,18 @@ class TuningSession:
         if step_ms != math.inf:
             self._parked_at = self.seen_prepared
             return False
-        self.budget.pause()
         start = self.clock()
-        try:
+        with self.budget.paused():
             pending.exception()
-            return True
-        finally:
-            self.waited_ms += (self.clock() - start) * 1e3
-            self.budget.resume()
+        self.waited_ms += (self.clock() - start) * 1e3
+        return True
 
     # -- the work -----------------------------------------------------------------------------------
     def _work(self):
         # long: the whole tuning as one generator, so the steps read in order; each phase is a method
         op, s = self.op, self.settings
-        self.budget.pause()  # screen and warm-up load backends and kernels once per process: not this signature's
-        try:
+        with self.budget.paused():  # screening loads the backends (once per process): not this signature's work
             supported = self._screen_support()
-            if s.numerical_check and op.warm_numerics is not None:
-                op.warm_numerics(self.trial)
-        finally:
-            self.budget.resume()
         base, expected = reference(op, self.trial)
         self.base = base
         self.agree = op.numerics(self.trial) if s.numerical_check else None
@@ -259,6 +251,8 @@ class TuningSession:
                 yield _WAIT
                 continue
             pending.remove(c)
+            if not self.checked:
+                self._warm_numerics()
             rejected = check(c, make_trial(self.trial), expected, self.agree)
             self.checked += 1
             if rejected:
@@ -272,6 +266,11 @@ class TuningSession:
             if self.probe[c.name] * DECISIVE <= self.probe.get(self.incumbent.name, math.inf):
                 self.incumbent = c
             yield
+
+    def _warm_numerics(self) -> None:  # before the first check only: a session that checks nothing pays nothing
+        if self.agree is not None and self.op.warm_numerics is not None:
+            with self.budget.paused():
+                self.op.warm_numerics(self.trial)
 
     def _next_to_check(self, pending):
         """The first ready candidate; one with nothing to compile waits while others compile and the budget

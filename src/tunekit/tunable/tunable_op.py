@@ -216,7 +216,7 @@ class TunableOp:
             if not self._fast_call_made:  # made here, not at import: the first runner needs it
                 self._fast_call_made = True
                 self._fast_calls(self._runners, functools.partial(setattr, self, "fast_call"),
-                                 self.differentiable_runners)
+                                 frozenset(self.differentiable_runners))
 
     def resolve(self, params: OpParams, s: context.TuningSettings | None = None, *, finish: bool = False) -> Resolution:
         """Decide which candidate runs ``params`` (tuning if the settings allow it). A new signature's
