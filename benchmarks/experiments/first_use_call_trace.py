@@ -63,16 +63,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--out")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--first", action="store_true",
+                    help="no silu call before the traced one, shipped results off: the process's first signature")
     args = ap.parse_args()
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cold-"))
     instrument()
     lines = [f"# First-use call trace: {torch.cuda.get_device_name()}", "",
              "Default settings, a fresh results file, empty Triton cache (NVRTC cubins: the default cache).", ""]
-    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    with tunekit.tuning(results=os.path.join(tempfile.mkdtemp(), "r.sqlite")):
-        tunekit.silu(torch.randn(1000, device="cuda"))  # context, first allocations
-        trace("silu float16 4096x4096", lambda: tunekit.silu(x), args.calls, lines)
-        trace("logsumexp float16 4096x4096 dim -1", lambda: tunekit.logsumexp(x, -1), args.calls, lines)
+    x = torch.randn(4096, 4096, device="cuda", dtype=getattr(torch, args.dtype))
+    with tunekit.tuning(results=os.path.join(tempfile.mkdtemp(), "r.sqlite"), use_shipped=not args.first):
+        if not args.first:
+            tunekit.silu(torch.randn(1000, device="cuda"))  # context, first allocations
+        trace(f"silu {args.dtype} 4096x4096", lambda: tunekit.silu(x), args.calls, lines)
+        trace(f"logsumexp {args.dtype} 4096x4096 dim -1", lambda: tunekit.logsumexp(x, -1), args.calls, lines)
     print("\n".join(lines))
     if args.out:
         with open(args.out, "w") as f:

@@ -32,3 +32,5 @@ print(f"{M}x{N}x{K}: {calls} calls, {time.perf_counter() - start:.2f} s, decisio
 if r is not None and r.entry is not None:
     for name, rec in r.entry.candidates.items():
         print(f"  {name:50s} {rec.status:10s} {rec.time_ms if rec.time_ms is not None else float('nan'):9.4f} ms  {rec.reason}")
+from tunekit.backends import triton_compile
+print(f"Triton compiles in worker processes: {triton_compile.enabled()}, {triton_compile.stats}")

@@ -9,7 +9,7 @@ import pytest
 
 from tunekit.backends import cache, cuda, env, extension, fast_call, fast_launch
 
-SWITCHES = ["TUNEKIT_FAST_CALL", "TUNEKIT_FAST_LAUNCH", "TUNEKIT_PDL"]
+SWITCHES = ["TUNEKIT_FAST_CALL", "TUNEKIT_FAST_LAUNCH", "TUNEKIT_PDL", "TUNEKIT_TRITON_SUBPROCESS"]
 assert set(SWITCHES) == set(env.SWITCHES)
 
 

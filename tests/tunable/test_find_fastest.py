@@ -187,3 +187,32 @@ def test_the_confirmation_stops_at_the_budget_after_min_rounds_pairs():
         return 1.0
     assert confirmed_tie(measure, measure, _budget(-1.0))[0]
     assert len(calls) == 2 * MIN_ROUNDS
+
+
+def test_a_device_bound_choice_measures_no_other_candidates_host_time():
+    """The host-time tie-break starts with a short measure of the choice: when its host time is
+    hidden behind its device time, no tied candidate is run (each measure waits for its queued
+    kernels: 0.2 s of one call for three tied 0.4 ms GEMMs), and the choice stands."""
+    from tunekit.tunable.host_time import prefer_less_host_time
+    from tunekit.tunable.session import TuningReport
+
+    class Tied:
+        def __init__(self, name):
+            self.name, self.calls = name, 0
+
+        def run(self, p):
+            self.calls += 1
+
+    x = torch.randn(8)
+    choice, other = Tied("choice"), Tied("other")
+    report = TuningReport("choice", True)
+
+    def decide(device_ms):
+        choice.calls = other.calls = 0
+        prefer_less_host_time(report, [choice, other], {"choice": device_ms, "other": device_ms},
+                              remeasure=None, params=ScaleParams(x), base=ScaleParams(x), budget=_budget(100))
+
+    decide(1.0)  # 1 ms of device time against a Python call's few microseconds: device-bound
+    assert choice.calls == 8 and other.calls == 0 and report.choice == "choice"
+    decide(1e-6)  # a nanosecond kernel: host-bound, so both are measured
+    assert other.calls > 0 and choice.calls > 8

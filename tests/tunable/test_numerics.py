@@ -51,3 +51,32 @@ def test_integer_outputs_compare_exactly():
     assert tolerance(torch.int32) == (0.0, 0.0)
     assert compare(torch.tensor([1, 2]), torch.tensor([1, 2])) is None
     assert "1 of 2" in compare(torch.tensor([1, 3]), torch.tensor([1, 2]))
+
+
+def test_the_compare_warm_up_is_every_ops_default_and_loads_nothing_on_the_cpu(monkeypatch):
+    """warm_compare (the check's first kernel loads, off the budget) is a TunableOp's default
+    warm_numerics; CPU tensors have nothing to load, so it computes nothing there."""
+    from fakes import ScaleParams, make_op, FakeClock
+    from tunekit.tunable import numerics
+
+    assert make_op(FakeClock(), {"ref": 1.0}).warm_numerics is numerics.warm_compare
+    ran = []
+    monkeypatch.setattr(numerics, "compare", lambda *a: ran.append(a))
+    numerics.warm_compare(ScaleParams(torch.randn(8)))
+    assert not ran
+
+
+@pytest.mark.gpu
+def test_the_compare_warm_up_runs_once_per_cuda_device_and_dtype(monkeypatch):
+    from fakes import ScaleParams
+    from tunekit.tunable import numerics
+
+    monkeypatch.setattr(numerics, "_warmed", set())
+    ran = []
+    real = numerics.compare
+    monkeypatch.setattr(numerics, "compare", lambda *a: ran.append(a[0].dtype) or real(*a))
+    x = torch.randn(8, device="cuda", dtype=torch.float16)
+    numerics.warm_compare(ScaleParams(x))
+    numerics.warm_compare(ScaleParams(x))
+    numerics.warm_compare(ScaleParams(x.float()))
+    assert ran == [torch.float16, torch.float32]

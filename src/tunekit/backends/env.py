@@ -1,12 +1,13 @@
 """The environment variables the backends read, parsed strictly: a value tunekit cannot read is an
 error that names the variable, never silently taken as the default.
 
-- Switches (``TUNEKIT_FAST_CALL``, ``TUNEKIT_FAST_LAUNCH``, ``TUNEKIT_PDL``): exactly one of
+- Switches (``TUNEKIT_FAST_CALL``, ``TUNEKIT_FAST_LAUNCH``, ``TUNEKIT_PDL``,
+  ``TUNEKIT_TRITON_SUBPROCESS``): exactly one of
   1/0, true/false, yes/no, on/off (any case, surrounding whitespace ignored); unset means the
   default. Anything else, the empty string included, raises :class:`SettingError`.
 - ``import tunekit`` checks them (and ``TUNEKIT_CACHE``), like the runtime's settings; their values
   are read where they are first needed (the extension's first load, a device's first dependent
-  launch), and reading one checks all three again. Where that read happens inside a candidate being checked during
+  launch), and reading one checks them all again. Where that read happens inside a candidate being checked during
   tuning, the runtime records the error as that candidate's; the extensions are also loaded after
   a choice is made (the cached call's runner), where the error reaches the caller.
 
@@ -22,7 +23,8 @@ from ..tunable.errors import SettingsError
 __all__ = ["SettingError", "switch", "check_switches", "SWITCHES", "SWITCH_VALUES"]
 
 #: the backends' switches, each with its default
-SWITCHES = {"TUNEKIT_FAST_CALL": True, "TUNEKIT_FAST_LAUNCH": True, "TUNEKIT_PDL": True}
+SWITCHES = {"TUNEKIT_FAST_CALL": True, "TUNEKIT_FAST_LAUNCH": True, "TUNEKIT_PDL": True,
+            "TUNEKIT_TRITON_SUBPROCESS": True}
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")

@@ -16,6 +16,7 @@ import threading
 
 import torch
 
+from . import triton_compile
 from .shipped_kernels import seed_triton_cache
 
 __all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
@@ -31,6 +32,8 @@ def _module(name: str):
         import triton  # noqa: F401
     except ImportError:
         return None
+    if torch.cuda.is_initialized():  # kernels for a GPU: their compiles will want the workers
+        triton_compile.start_workers()
     return importlib.import_module(f"tunekit.kernels.triton.{name}")
 
 
@@ -77,16 +80,20 @@ def launch(fn, grid, *args, **kwargs) -> None:
     """``fn[grid](*args, **kwargs)``; inside :func:`warming`, compile for these arguments without
     launching (Triton's ``warmup``: the same specialization a launch would compile and cache). Warm-up
     compiles of one kernel function run one at a time (its cache of specializations is shared);
-    different functions compile at once on several worker threads. The warm-up also loads the
-    compiled module onto the device (milliseconds per kernel that a first launch, inside a tuning
-    check, would otherwise pay); a kernel the device cannot hold (shared memory) raises here."""
+    different functions compile at once on several worker threads, each compile done by a worker
+    process where it can be (:mod:`tunekit.backends.triton_compile`: a compile on a thread takes the
+    GIL from the caller's calls). The warm-up also loads the compiled module onto the device
+    (milliseconds per kernel that a first launch, inside a tuning check, would otherwise pay); a
+    kernel the device cannot hold (shared memory) raises here."""
     if not (_warming.active and not interpreted(fn)):
         fn[grid](*args, **kwargs)
         return
     with _compiling_lock:
         lock = _compiling.setdefault(id(fn), threading.Lock())
     with lock:
+        built = triton_compile.compile_elsewhere(fn, grid, args, kwargs)
         compiled = fn.warmup(*args, grid=grid, **kwargs)
+        triton_compile.confirm(fn, built, compiled)
     load = getattr(compiled, "_init_handles", None)  # Triton's own first-launch step (3.x)
     if load is not None:
         load()

@@ -31,7 +31,7 @@ from .entries import CandidateRecord
 from .params import OpParams, make_trial, output_tensors, trial_outputs
 from .timing import l2_cache_bytes
 
-__all__ = ["Budget", "WorkBudget", "Screened", "supports", "reference", "check", "screen", "input_sets", "synchronize", "reason",
+__all__ = ["Budget", "WorkBudget", "Screened", "supports", "reference", "check", "screen", "input_sets", "prune", "synchronize", "reason",
            "MAX_INPUT_SETS"]
 
 #: copies of the inputs at most (each a full copy: memory is the limit on large inputs)
@@ -196,3 +196,22 @@ def input_sets(params: OpParams, first: OpParams) -> list[OpParams]:
     working = max(1, params.bytes_moved())
     count = min(MAX_INPUT_SETS, max(1, math.ceil(2 * l2 / working))) if l2 else 1
     return [first] + [make_trial(params, copy_inputs=True) for _ in range(count - 1)]
+
+
+def prune(survivors: list, probe: dict[str, float], ratio: float, records: dict) -> tuple[list, float]:
+    """(the survivors within ``ratio`` of the fastest probe, that probe's ms): the first survivor (the
+    default) always stays; the rest get a record in ``records`` saying why they are not timed."""
+    probed = {c.name: probe[c.name] for c in survivors if c.name in probe}
+    fastest = min(probed.values()) if probed else 0.0
+    timed = survivors[:1]
+    for c in survivors[1:]:
+        t = probed.get(c.name)
+        if t is None:
+            records[c.name] = CandidateRecord("skipped", reason="tuning budget exhausted")
+        elif t > ratio * fastest:
+            records[c.name] = CandidateRecord("pruned", time_ms=t,
+                                              reason=f"probe {t:.4g} ms > {ratio:g} x fastest {fastest:.4g} ms")
+        else:
+            timed.append(c)
+    return timed, fastest
+

@@ -26,8 +26,9 @@ The session owns copies of the inputs (the caller's tensors may change between c
 sets that keep timed runs cold in L2, and each candidate's captured measurement; it drops them when
 it ends. Budget: ``max_tuning_ms`` of the calling thread's time inside :meth:`advance`, waits for
 background preparation excluded, and so are the support screen (its first run imports the backends:
-0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the GEMM check's first float64 kernels
-load in 230 ms): charged, each left a 200 ms budget nothing to check a candidate with.
+0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the check's first kernels load in
+0.15-0.25 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with. An
+online session runs that warm-up on a preparation worker, where it stalls no call.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .entries import CandidateRecord
 from .host_time import prefer_less_host_time
 from .params import OpParams, make_trial
 from .preparations import Preparations
-from .screen import WorkBudget, check, input_sets, reference, supports
+from .screen import WorkBudget, check, input_sets, prune, reference, supports
 from .timing import Timer, make_timer
 
 __all__ = ["TuningSession", "TuningReport", "WorkBudget", "DECISIVE", "MIN_ROUNDS", "MAX_ROUNDS"]
@@ -63,6 +64,7 @@ PROBE_SLACK = 1.05
 #: algorithms) may spend only the rest before them (without it, 4097 x 4095 x 4096 froze on cuBLAS, 6.5x slower)
 PREPARED_RESERVE = 0.5
 _WAIT = object()  # yielded when every remaining check waits for a background preparation
+
 
 @dataclass
 class TuningReport:
@@ -90,6 +92,7 @@ class TuningSession:
         self.incumbent = incumbent if incumbent is not None else op.default
         self.report: TuningReport | None = None
         self.checked = 0
+        self.agree = None  # the op's numerical check, once the reference is made
         self.preparations = Preparations()
         self.deferred: set[str] = set()  # candidates an online session leaves to offline tuning
         self.seen_prepared = 0  # preparations.finished when _check_all last looked for a ready candidate
@@ -213,6 +216,8 @@ class TuningSession:
         return supported
 
     def _start_preparations(self) -> None:
+        if self.background and self._warms_numerics():
+            self.preparations.start_warm_up(self.op.warm_numerics, self.trial)  # first: a worker for it
         for name, prepare in self._to_prepare:
             self.preparations.start(name, prepare, self.trial)
         self._to_prepare = []
@@ -246,7 +251,7 @@ class TuningSession:
                     self.preparations.cancel(c.name)
                 return
             self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
-            c = self._next_to_check(pending)
+            c = self._next_to_check(pending) if self.preparations.warmed_up() else None
             if c is None:
                 yield _WAIT
                 continue
@@ -267,8 +272,13 @@ class TuningSession:
                 self.incumbent = c
             yield
 
-    def _warm_numerics(self) -> None:  # before the first check only: a session that checks nothing pays nothing
-        if self.agree is not None and self.op.warm_numerics is not None:
+    def _warms_numerics(self) -> bool:
+        return self.agree is not None and self.op.warm_numerics is not None
+
+    def _warm_numerics(self) -> None:
+        """Before the first check only (a session that checks nothing pays nothing), off the budget,
+        unless it ran on a worker (online: :meth:`_start_preparations`; 0.2 s in one call stalled it)."""
+        if not self.preparations.finish_warm_up() and self._warms_numerics():
             with self.budget.paused():
                 self.op.warm_numerics(self.trial)
 
@@ -294,22 +304,8 @@ class TuningSession:
         return run_all
 
     def _prune(self, survivors) -> list:
-        """Survivors within ``prune_ratio`` of the fastest probe (the default always stays)."""
-        probed = {c.name: self.probe[c.name] for c in survivors if c.name in self.probe}
-        fastest = min(probed.values()) if probed else 0.0
-        timed = [self.op.default]
-        for c in survivors[1:]:
-            t = probed.get(c.name)
-            if t is None:
-                self.records[c.name] = CandidateRecord("skipped", reason="tuning budget exhausted")
-            elif t > self.settings.prune_ratio * fastest:
-                self.records[c.name] = CandidateRecord(
-                    "pruned", time_ms=t,
-                    reason=f"probe {t:.4g} ms > {self.settings.prune_ratio:g} x fastest {fastest:.4g} ms")
-            else:
-                timed.append(c)
-        self.timed, self.fastest = timed, fastest
-        return timed
+        self.timed, self.fastest = prune(survivors, self.probe, self.settings.prune_ratio, self.records)
+        return self.timed
 
     def _rounds(self, timed):
         """Interleaved rounds of one measurement each, order rotated per round; ({name: ms}, rounds)."""

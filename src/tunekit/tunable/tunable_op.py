@@ -34,7 +34,7 @@ from . import context, fast_path, preparations, shipped, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
 from .session import TuningSession
-from .numerics import compare_all, tolerance
+from .numerics import compare_all, tolerance, warm_compare
 from .params import OpParams
 from .entries import Entry
 from .stores import results_store
@@ -111,7 +111,7 @@ class TunableOp:
         self.online_preparations: int | None = None
         #: ms of device time a challenger must save beyond the margin: host time its call path adds (session.py)
         self.challenger_host_ms = 0.0
-        self.warm_numerics: Callable[[OpParams], None] | None = None  # the check's kernel loads, off the budget
+        self.warm_numerics: Callable[[OpParams], None] | None = warm_compare  # the check's kernel loads: session.py
         self.on_forget: list[Callable[[], None]] = []  # called whenever choices are dropped: derived caches go too
         self.call = self._make_call()  # the call path as a plain function: op.call(params) is op(params), faster
         #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py): in Python

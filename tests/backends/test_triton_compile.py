@@ -1,0 +1,89 @@
+"""Triton compiles in worker processes: a worker's build is the one the calling process's warm-up
+finds in Triton's cache (same hash, compiled once), and every failure leaves the compile to the
+calling process.
+
+No GPU is needed: Triton compiles for a target it is given (sm_90), and a stand-in driver answers
+the device questions a warm-up asks; nothing is launched. Each scenario runs in a fresh process
+(``triton_compile_scenarios.py``): this one interprets Triton kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from tunekit.backends import triton_compile  # noqa: E402
+
+SCENARIOS = Path(__file__).with_name("triton_compile_scenarios.py")
+
+
+def run(scenario: str, cache: Path, **env) -> dict:
+    environment = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TUNEKIT_TRITON_SUBPROCESS")}
+    environment.update(TRITON_CACHE_DIR=str(cache), **env)
+    done = subprocess.run([sys.executable, str(SCENARIOS), scenario], capture_output=True, text=True,
+                          env=environment, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_workers_build_is_the_one_the_warm_up_finds(tmp_path):
+    result = run("one", tmp_path)
+    assert result["stats"] == {"offloaded": 1, "found": 1, "rebuilt": 0, "failed": 0, "cached": 0}
+    assert result["builds"] == 1 and not result["left_in_process"]  # compiled once: by the worker
+
+
+def test_each_new_specialization_is_offloaded_and_a_known_one_is_not(tmp_path):
+    result = run("three", tmp_path)
+    assert result["stats"] == {"offloaded": 2, "found": 2, "rebuilt": 0, "failed": 0, "cached": 0}
+    assert result["builds"] == 2
+
+
+def test_a_build_already_in_the_cache_is_loaded_here_without_a_worker(tmp_path):
+    run("one", tmp_path)
+    result = run("warm", tmp_path)
+    assert result["stats"] == {"offloaded": 0, "found": 0, "rebuilt": 0, "failed": 0, "cached": 1}
+    assert result["builds"] == 1 and result["workers"] == 0
+
+
+def test_switched_off_the_process_compiles_itself(tmp_path):
+    result = run("one", tmp_path, TUNEKIT_TRITON_SUBPROCESS="0")
+    assert result["stats"]["offloaded"] == 0 and result["builds"] == 1
+
+
+def test_a_worker_that_cannot_answer_leaves_the_compile_here(tmp_path):
+    result = run("no_worker", tmp_path)
+    assert result["stats"] == {"offloaded": 0, "found": 0, "rebuilt": 0, "failed": 1, "cached": 0}
+    assert result["builds"] == 1
+
+
+def test_a_build_the_warm_up_does_not_find_stops_offloading_that_kernel(tmp_path):
+    result = run("other_build", tmp_path)
+    assert result["stats"] == {"offloaded": 1, "found": 0, "rebuilt": 1, "failed": 0, "cached": 0}
+    assert result["left_in_process"] and result["builds"] == 2  # the bfloat16 build was not offloaded
+
+
+def test_a_users_own_cache_hook_is_kept(tmp_path):
+    result = run("users_hook", tmp_path)
+    assert len(result["seen"]) == 1 and "rms_norm_forward_kernel" in result["seen"][0]
+    assert result["builds"] == 1
+
+
+def test_the_worker_reports_errors_and_serves_on(tmp_path):
+    """The worker alone: a request for a missing function is answered with its error, and the next
+    request is still served; it never imports torch."""
+    kernels = Path(triton_compile.__file__).parents[1] / "kernels" / "triton" / "rms_norm.py"
+    bad = {"module": "tunekit.kernels.triton.rms_norm", "qualname": "no_such_kernel", "file": str(kernels),
+           "target": {"backend": "cuda", "arch": 90, "warp_size": 32}, "specialization": "{}"}
+    probe = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__'); print('torch' in sys.modules, file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-c", probe, triton_compile._WORKER_FILE],
+                          input=json.dumps(bad) + "\n\n" + json.dumps(bad) + "\n", capture_output=True,
+                          text=True, env=dict(os.environ, TRITON_CACHE_DIR=str(tmp_path)), timeout=120)
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(replies) == 2 and all(not r["ok"] and "no_such_kernel" in r["error"] for r in replies)
+    assert done.stderr.strip().splitlines()[-1] == "False"
