@@ -38,7 +38,7 @@ def call_costs(op, clock, x, calls, **settings):
 def test_tuning_is_spread_over_calls_each_within_its_step_and_finishes():
     op, clock = fresh_op({"ref": 2.0, "fast": 1.0, "medium": 1.5})
     x = torch.randn(64)
-    costs = call_costs(op, clock, x, 40, tuning_step_ms=4.0, max_tuning_ms=1000.0)
+    costs = call_costs(op, clock, x, 80, tuning_step_ms=4.0, max_tuning_ms=1000.0)
     # a call's tuning starts no piece of work its recent pieces say would not fit (a piece longer
     # than predicted may still end past the step: here <= 2 ms x the sets), plus the call's own run
     assert all(ms <= 4.0 + 2.0 + 2.0 for ms, _ in costs), costs
@@ -50,11 +50,13 @@ def test_tuning_is_spread_over_calls_each_within_its_step_and_finishes():
     assert all(ms == pytest.approx(1.0) for ms, _ in costs[finished:])  # ...then every call is the winner alone
 
 
-@pytest.mark.parametrize("piece_ms, share_ms, per_call_ms", [(3.0, 10.0, 9.0), (15.0, 10.0, 15.0), (4.0, 10.0, 8.0)])
+@pytest.mark.parametrize("piece_ms, share_ms, per_call_ms",
+                         [(3.0, 10.0, 9.0), (15.0, 10.0, 15.0), (4.0, 10.0, 8.0), (2.4, 10.0, 7.2)])
 def test_a_call_starts_no_piece_of_work_that_would_not_fit_its_share(piece_ms, share_ms, per_call_ms):
     """The per-call cap: three 3 ms pieces fit a 10 ms share and a fourth would not (without the
     look-ahead, the call ended at 12 ms); a piece longer than the share still runs, alone, so that
-    tuning progresses."""
+    tuning progresses; the last STEP_SLACK of the share is the call's own (a fourth 2.4 ms piece
+    would end at 9.6 ms, past 9.5)."""
     op, clock = fresh_op({"ref": 1.0, "fast": 0.5})
     with tuning(max_tuning_ms=1e6) as s:
         tuning_session = session.TuningSession(op, ScaleParams(torch.randn(8)), s, clock=clock)
