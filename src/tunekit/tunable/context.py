@@ -48,9 +48,10 @@ class TuningSettings:
     #: the evidence allows is final for this process and the entry is marked incomplete (the next
     #: process that tunes resumes it). Offline tuning (``tunekit tune``) uses it per signature.
     max_tuning_ms: float = 200.0
-    #: The most tuning work one call does, in ms: a new signature's tuning is spread over its first
-    #: calls, each running the best candidate known so far. A value >= ``max_tuning_ms`` tunes in
-    #: the first call, as one blocking step.
+    #: The most one call spends tuning, in ms, its own run included (tuning work fills at most 95% of
+    #: it: ``session.STEP_SLACK``): a new signature's tuning is spread over its first calls, each
+    #: running the best candidate known so far. A value >= ``max_tuning_ms`` tunes in the first
+    #: call, as one blocking step.
     tuning_step_ms: float = 20.0
     #: Compare every candidate's output with the default's before timing it.
     numerical_check: bool = True

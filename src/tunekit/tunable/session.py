@@ -116,7 +116,8 @@ class TuningSession:
         if self.report is not None:
             return True
         self._parked_at = None
-        end = self.clock() + step_ms * (1.0 - STEP_SLACK) / 1e3
+        blocking = step_ms >= self.settings.max_tuning_ms  # the whole budget in this call: no slack
+        end = self.clock() + step_ms * (1.0 if blocking else 1.0 - STEP_SLACK) / 1e3
         self.budget.resume()
         try:
             first = True
