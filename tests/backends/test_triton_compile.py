@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from tunekit.backends import triton_compile  # noqa: E402
+from tunekit.backends import triton_compile, triton_workers  # noqa: E402
 
 SCENARIOS = Path(__file__).with_name("triton_compile_scenarios.py")
 
@@ -42,6 +42,13 @@ def test_each_new_specialization_is_offloaded_and_a_known_one_is_not(tmp_path):
     result = run("three", tmp_path)
     assert result["stats"] == {"offloaded": 2, "found": 2, "rebuilt": 0, "failed": 0, "cached": 0}
     assert result["builds"] == 2
+
+
+def test_the_gemm_kernel_at_odd_sizes_is_found_too(tmp_path):
+    """matmul_kernel (None pointers as constexprs, device functions from a sibling module) at
+    4097 x 4095 x 4096: the specialization one H100 run found rebuilt; here the worker's build is found."""
+    result = run("gemm", tmp_path)
+    assert result["stats"]["offloaded"] == 1 and result["stats"]["found"] == 1, result
 
 
 def test_a_build_already_in_the_cache_is_loaded_here_without_a_worker(tmp_path):
@@ -74,16 +81,25 @@ def test_a_users_own_cache_hook_is_kept(tmp_path):
     assert result["builds"] == 1
 
 
+def test_a_constexpr_json_cannot_hold_compiles_as_without_the_hook(tmp_path):
+    """Triton writes every compile's specialization as JSON once a cache hook is in, the user's
+    kernels' too: one JSON cannot hold (a complex here, a Gluon layout in practice) still compiles,
+    in the user's own warm-up and through tunekit's launch (there in-process, no worker asked)."""
+    result = run("json_unsafe", tmp_path)
+    assert result["compiled"] and result["stats"]["offloaded"] == 0 and result["stats"]["failed"] == 0, result
+
+
 def test_the_worker_reports_errors_and_serves_on(tmp_path):
     """The worker alone: a request for a missing function is answered with its error, and the next
     request is still served; it never imports torch."""
-    kernels = Path(triton_compile.__file__).parents[1] / "kernels" / "triton" / "rms_norm.py"
+    kernels = Path(triton_workers.__file__).parents[1] / "kernels" / "triton" / "rms_norm.py"
     bad = {"module": "tunekit.kernels.triton.rms_norm", "qualname": "no_such_kernel", "file": str(kernels),
            "target": {"backend": "cuda", "arch": 90, "warp_size": 32}, "specialization": "{}"}
     probe = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__'); print('torch' in sys.modules, file=sys.stderr)"
-    done = subprocess.run([sys.executable, "-c", probe, triton_compile._WORKER_FILE],
+    done = subprocess.run([sys.executable, "-c", probe, triton_workers._WORKER_FILE],
                           input=json.dumps(bad) + "\n\n" + json.dumps(bad) + "\n", capture_output=True,
                           text=True, env=dict(os.environ, TRITON_CACHE_DIR=str(tmp_path)), timeout=120)
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(replies) == 2 and all(not r["ok"] and "no_such_kernel" in r["error"] for r in replies)
+    assert [r["id"] for r in replies] == [None, None]  # echoed (these requests had none)
     assert done.stderr.strip().splitlines()[-1] == "False"

@@ -12,12 +12,14 @@ import os
 import sys
 
 import torch
+import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import CompiledKernel
 from triton.runtime import driver
 
 from tunekit.backends import triton as triton_backend
-from tunekit.backends import triton_compile
+from tunekit.backends import triton_compile, triton_workers
 
 
 class StandInDriver:
@@ -34,6 +36,12 @@ class StandInDriver:
 
     def get_active_torch_device(self):
         return torch.device("cuda", 0)
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n), mask=i < n)
 
 
 def rms_norm_warmup(dtype=torch.float16, n=1000):
@@ -55,10 +63,10 @@ def scenario(name: str) -> dict:
         for dtype in (torch.float16, torch.float16, torch.bfloat16):
             rms_norm_warmup(dtype)
     elif name == "no_worker":  # a worker that exits at once
-        triton_compile._WORKER_FILE = os.devnull
+        triton_workers._WORKER_FILE = os.devnull
         rms_norm_warmup()
     elif name == "other_build":  # a worker whose build the warm-up does not find
-        triton_compile._ask_worker = lambda request: {"ok": True, "hash": "not-this-build"}
+        triton_workers.ask = lambda request: {"ok": True, "hash": "not-this-build"}
         fn = rms_norm_warmup()
         extra["left_in_process"] = id(fn) in triton_compile._in_process
         rms_norm_warmup(torch.bfloat16)
@@ -67,22 +75,25 @@ def scenario(name: str) -> dict:
         seen = []
         knobs.runtime.jit_cache_hook = lambda **kw: seen.append(kw["repr"])
         triton_compile._install_hook()
-        triton_compile._ask_worker = lambda request: None
+        triton_workers.ask = lambda request: None
         rms_norm_warmup()
         extra["seen"] = seen
-    elif name == "gemm":  # the GEMM pointer kernel, through its candidate's own launch
+    elif name == "gemm":  # the GEMM pointer kernel at odd sizes (None pointers, relative imports)
         from tunekit.ops.gemm import GemmParams
         from tunekit.ops.gemm.triton_candidates import TritonGemm, _config
         a, b = torch.empty(4097, 4096, dtype=torch.bfloat16), torch.empty(4096, 4095, dtype=torch.bfloat16)
-        from tunekit.ops.gemm.triton_candidates import CONFIGS
         with triton_backend.warming():
-            for kind, config, large in CONFIGS:
-                if kind == "matmul" and large:
-                    TritonGemm(kind, config).run(GemmParams(a, b))
+            TritonGemm("matmul", _config(128, 128, 32, 4, 4)).run(GemmParams(a, b))
         extra["rebuilt"] = triton_compile.rebuilt
+    elif name == "json_unsafe":  # a user's kernel with a constexpr JSON cannot hold, after the hook is in
+        triton_compile._install_hook()
+        extra["compiled"] = copy_kernel.warmup(torch.float32, torch.float32, 16, SCALE=1j, BLOCK=16,
+                                               grid=(1,)) is not None
+        with triton_backend.warming():  # and through tunekit's launch: compiled here, no worker asked
+            triton_backend.launch(copy_kernel, (1,), torch.empty(16), torch.empty(16), 16, SCALE=2j, BLOCK=16)
     elif name == "warm":  # run after "one" on the same cache: the build is there, no worker asked
         fn = rms_norm_warmup()
-        extra["workers"] = len(triton_compile._all)
+        extra["workers"] = len(triton_workers._all)
     else:
         rms_norm_warmup()
     return extra

@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import triton_compile
+from . import triton_compile, triton_workers
 from .shipped_kernels import seed_triton_cache
 
 __all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
@@ -32,8 +32,6 @@ def _module(name: str):
         import triton  # noqa: F401
     except ImportError:
         return None
-    if torch.cuda.is_initialized():  # kernels for a GPU: their compiles will want the workers
-        triton_compile.start_workers()
     return importlib.import_module(f"tunekit.kernels.triton.{name}")
 
 
@@ -108,6 +106,8 @@ def warming(device: torch.device | None = None):
     :func:`tunekit.backends.shipped_kernels.seed_triton_cache`), so a shipped kernel loads instead of compiling."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         seed_triton_cache()
+        if triton_compile.enabled() and torch.cuda.is_initialized():
+            triton_workers.start()  # the compiles of a session's next preparations find them started
     before, _warming.active = _warming.active, True
     try:
         with on_device(device) if device is not None else contextlib.nullcontext():

@@ -14,34 +14,30 @@ warm-up runs once with the hook returning True (capture, no compile), a worker p
 disk cache, and the warm-up then runs for real and finds it there, which costs milliseconds. The
 worker thread waits on a pipe meanwhile, holding no GIL.
 
-Any failure (no worker, a worker's error or death, a user's own cache hook, a kernel defined in
-``__main__``) just leaves the compile to the calling process, as before: the same kernel, the same
-errors. :func:`confirm` checks that the warm-up found the worker's build; a kernel function whose
-build differs (a specialization the JSON does not carry) compiles in-process from then on.
+Any failure (no worker, a worker's error or death, a Triton without these hooks, a user's own cache
+hook, a kernel defined in ``__main__``, a specialization JSON cannot hold) just leaves the compile to
+the calling process, as before: the same kernel, the same errors. :func:`confirm` checks that the
+warm-up found the worker's build; a kernel function whose build differs compiles in-process from then
+on. The hook makes Triton write every compile's specialization as JSON, also for the user's own
+kernels: where JSON cannot hold it, the writer tunekit installs returns None instead of raising (as
+Triton's own warm-up pool does), and that compile goes on as without the hook.
 
 ``TUNEKIT_TRITON_SUBPROCESS=0`` turns it off.
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import hashlib
 import json
 import os
-import queue
-import subprocess
-import sys
 import threading
 
 from . import triton_compile_worker as worker_file
+from . import triton_workers
 from .env import switch
 
-__all__ = ["WORKERS", "enabled", "start_workers", "compile_elsewhere", "confirm", "stats", "shutdown"]
-
-#: worker processes at most (the preparation threads that wait on them are as many)
-WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
-_WORKER_FILE = os.path.abspath(worker_file.__file__)
+__all__ = ["enabled", "compile_elsewhere", "confirm", "stats", "rebuilt"]
 
 #: counters for tests and experiments: compiled by a worker, then found (or not) by the warm-up
 stats = {"offloaded": 0, "found": 0, "rebuilt": 0, "failed": 0, "cached": 0}
@@ -50,7 +46,8 @@ rebuilt: list[tuple[str, str]] = []  # their names, and the specialization the w
 
 
 def enabled() -> bool:
-    return switch("TUNEKIT_TRITON_SUBPROCESS") and os.environ.get("TRITON_INTERPRET") != "1"
+    return (switch("TUNEKIT_TRITON_SUBPROCESS") and os.environ.get("TRITON_INTERPRET") != "1"
+            and not triton_workers.given_up())
 
 
 class _Capture(threading.local):
@@ -61,30 +58,50 @@ class _Capture(threading.local):
 
 _capture = _Capture()
 _hook_lock = threading.Lock()
-_previous_hook = None
+_installed = {"done": False, "previous": None}
 
 
 def _hook(**kwargs):
     """Triton's ``jit_cache_hook``: in a capturing thread, keep the specialization and skip the
-    compile (True); elsewhere, whatever hook was installed before (or compile as usual)."""
+    compile (True; None where JSON could not hold it: compile here); elsewhere, whatever hook was
+    installed before (or compile as usual)."""
     if _capture.active:
+        if kwargs["compile"].get("specialization_data") is None:
+            return None
         _capture.data = kwargs["compile"]
         return True
-    return _previous_hook(**kwargs) if _previous_hook is not None else None
+    previous = _installed["previous"]
+    return previous(**kwargs) if previous is not None else None
+
+
+def _safe_writer(write):
+    def serialize_specialization_data(*args, **kwargs):
+        try:
+            return write(*args, **kwargs)
+        except (TypeError, ValueError):  # a constexpr JSON cannot hold (a Gluon layout, a complex)
+            return None
+    serialize_specialization_data.tunekit_safe = True
+    return serialize_specialization_data
 
 
 def _install_hook() -> bool:
-    """Our hook in Triton's knobs (once); False when someone else's hook replaced it."""
-    global _previous_hook
-    from triton import knobs
+    """Our hook in Triton's knobs and the safe JSON writer (once); False where this Triton has no
+    such hook, or someone else's hook replaced ours since."""
+    try:
+        from triton import knobs
+        from triton.runtime import jit
+        current, write = knobs.runtime.jit_cache_hook, jit.serialize_specialization_data
+    except (ImportError, AttributeError):  # Triton before 3.4
+        return False
     with _hook_lock:
-        current = knobs.runtime.jit_cache_hook
         if current is _hook:
             return True
-        if getattr(_install_hook, "done", False):
+        if _installed["done"]:
             return False  # installed once and replaced since: the user's hook wins
-        _previous_hook, knobs.runtime.jit_cache_hook = current, _hook
-        _install_hook.done = True
+        if not getattr(write, "tunekit_safe", False):
+            jit.serialize_specialization_data = _safe_writer(write)
+        _installed.update(done=True, previous=current)
+        knobs.runtime.jit_cache_hook = _hook
         return True
 
 
@@ -94,118 +111,8 @@ def _capture_specialization(fn, grid, args, kwargs) -> dict | None:
     try:
         fn.warmup(*args, grid=grid, **kwargs)
         return _capture.data
-    except Exception:  # e.g. a constexpr Triton cannot write as JSON: the real warm-up compiles here
-        return None
     finally:
         _capture.active, _capture.data = False, None
-
-
-class _Worker:
-    def __init__(self, key: str | None):
-        env = dict(os.environ)
-        try:
-            from triton import knobs
-            env["TRITON_CACHE_DIR"] = knobs.cache.dir  # where this process looks, however it was set
-        except Exception:
-            pass
-        if key:
-            env["TUNEKIT_TRITON_KEY"] = key
-        self.pid = os.getpid()
-        self.process = subprocess.Popen([sys.executable, _WORKER_FILE], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                        text=True, bufsize=1)
-
-    def ask(self, request: dict) -> dict | None:
-        try:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            reply = json.loads(self.process.stdout.readline() or "null")
-        except (OSError, ValueError):  # ValueError: a closed pipe, or a reply that is not JSON
-            return None
-        return reply if isinstance(reply, dict) else None
-
-    def usable(self) -> bool:
-        return self.pid == os.getpid() and self.process.poll() is None
-
-    def close(self) -> None:
-        try:
-            self.process.stdin.close()
-        except OSError:
-            pass
-
-
-_idle: queue.SimpleQueue = queue.SimpleQueue()
-_slots = threading.Semaphore(WORKERS)  # asks at once: never more than there are workers
-_pool_lock = threading.Lock()
-_all: list[_Worker] = []
-_prestarted = False
-
-
-def _triton_key() -> str | None:
-    """Triton's key of its own installation (this process needs it for any compile or cache lookup;
-    computed once), passed to the workers so each need not hash Triton's library again."""
-    try:
-        from triton.runtime.cache import triton_key
-        return triton_key()
-    except Exception:
-        return None
-
-
-def _spawn() -> _Worker | None:
-    """A new worker, if fewer than WORKERS of this process are alive."""
-    with _pool_lock:
-        _all[:] = [w for w in _all if w.usable()]
-        if len(_all) >= WORKERS:
-            return None
-        try:
-            worker = _Worker(_triton_key())
-        except OSError:
-            return None
-        _all.append(worker)
-        return worker
-
-
-def _alive() -> int:
-    with _pool_lock:
-        return sum(w.usable() for w in _all)
-
-
-def start_workers() -> None:
-    """Start the workers now, in the background (their start, Triton's import, takes a few tenths
-    of a second): called when Triton kernels are first needed in a process that uses a GPU, so the
-    first compiles find them started."""
-    global _prestarted
-    if _prestarted or not enabled():
-        return
-    _prestarted = True
-
-    def start():
-        while (worker := _spawn()) is not None:
-            _idle.put(worker)
-
-    threading.Thread(target=start, name="tunekit-triton-workers", daemon=True).start()
-
-
-def _ask_worker(request: dict) -> dict | None:
-    """Send ``request`` to an idle worker (one is started if none is idle); None if none could
-    answer."""
-    with _slots:
-        worker = None
-        while worker is None:
-            try:
-                worker = _idle.get_nowait()
-            except queue.Empty:
-                worker = _spawn()
-                if worker is None:
-                    if not _alive():
-                        return None  # none could be started
-                    worker = _idle.get()  # all are started, and one is free (the slots) or starting
-            if not worker.usable():
-                worker = None
-        reply = worker.ask(request)
-        if worker.usable():
-            _idle.put(worker)
-        return reply
 
 
 def _request(fn, data: dict, target) -> dict | None:
@@ -238,19 +145,24 @@ def _in_cache(fn, data: dict, target) -> bool:
 def compile_elsewhere(fn, grid, args, kwargs) -> str | None:
     """Have a worker process compile what ``fn.warmup(*args, grid=grid, **kwargs)`` would; the
     build's cache hash, or None where the calling process is left to compile or load (see the
-    module)."""
-    if id(fn) in _in_process or not enabled() or not _install_hook():
+    module). Never raises: whatever fails here, the warm-up that follows meets it again."""
+    if id(fn) in _in_process or not enabled():
         return None
-    data = _capture_specialization(fn, grid, args, kwargs)
-    if data is None:
+    try:
+        if not _install_hook():
+            return None
+        data = _capture_specialization(fn, grid, args, kwargs)
+        if data is None:
+            return None
+        from triton.runtime import driver
+        target = driver.active.get_current_target()
+        if _in_cache(fn, data, target):
+            stats["cached"] += 1
+            return None
+        request = _request(fn, data, target)
+        reply = None if request is None else triton_workers.ask(request)
+    except Exception:
         return None
-    from triton.runtime import driver
-    target = driver.active.get_current_target()
-    if _in_cache(fn, data, target):
-        stats["cached"] += 1
-        return None
-    request = _request(fn, data, target)
-    reply = None if request is None else _ask_worker(request)
     if not reply or not reply.get("ok"):
         stats["failed"] += request is not None
         return None
@@ -270,13 +182,3 @@ def confirm(fn, expected: str | None, compiled) -> None:
         stats["rebuilt"] += 1
         rebuilt.append((getattr(getattr(fn, "fn", None), "__qualname__", repr(fn)), getattr(_capture, "asked", None)))
         _in_process.add(id(fn))
-
-
-def shutdown() -> None:
-    """End the workers (they also end when this process does: their stdin closes)."""
-    with _pool_lock:
-        while _all:
-            _all.pop().close()
-
-
-atexit.register(shutdown)

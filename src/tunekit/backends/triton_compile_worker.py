@@ -10,7 +10,7 @@ Protocol: one JSON object per line on stdin, one reply per line on the stdout it
 A request names the ``@triton.jit`` function (``module``, ``qualname``, ``file``), the compile
 target and ``specialization`` (the JSON Triton's ``jit_cache_hook`` hands over, the same that
 ``JITFunction.preload`` reads). The reply: ``{"ok": true, "hash": <cache entry>, "seconds": s}``
-or ``{"ok": false, "error": "..."}``. The worker ends when stdin closes.
+or ``{"ok": false, "error": "..."}``, each with the request's ``id``. The worker ends when stdin closes.
 """
 
 import importlib.util
@@ -88,6 +88,8 @@ def compile_request(request: dict) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    if _other_triton:
+        raise RuntimeError(_other_triton)
     fn = load_function(request["module"], request["qualname"], request["file"])
     data = json.loads(request["specialization"])
     constexprs = {tuple(k): _constant(v) for k, v in zip(data["constant_keys"], data["constant_vals"])}
@@ -97,30 +99,41 @@ def compile_request(request: dict) -> dict:
     target = GPUTarget(**request["target"])
     started = time.perf_counter()
     compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
-    return {"ok": True, "hash": compiled.hash, "seconds": time.perf_counter() - started}
+    return {"ok": True, "hash": compiled.hash, "seconds": time.perf_counter() - started, "id": request.get("id")}
 
 
 def serve(requests, replies) -> None:
     for line in requests:
         if not line.strip():
             continue
+        request = None
         try:
-            reply = compile_request(json.loads(line))
+            request = json.loads(line)
+            reply = compile_request(request)
         except Exception as error:  # the caller compiles in its own process and meets it there
-            reply = {"ok": False, "error": f"{type(error).__name__}: {error}",
-                     "trace": traceback.format_exc(limit=4)}
+            reply = {"ok": False, "error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc(limit=4),
+                     "id": request.get("id") if isinstance(request, dict) else None}
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+
+
+_other_triton: str | None = None  # why this worker refuses every request, if it does
 
 
 def _start() -> None:
     """What every compile needs, done before the first request (while the caller is still busy):
     Triton's import, and its own key, a hash of its 400 MB library (a quarter second), taken from
-    the caller where it says (``TUNEKIT_TRITON_KEY``)."""
+    the caller (``TUNEKIT_TRITON_KEY``) when this Triton is the caller's (``TUNEKIT_TRITON_FILE``):
+    another installation's builds under the caller's key would be loaded as the caller's."""
+    global _other_triton
     try:
-        import triton  # noqa: F401
+        import triton
         from triton.compiler import ASTSource  # noqa: F401
         from triton.runtime import cache
+        theirs, mine = os.environ.get("TUNEKIT_TRITON_FILE"), os.path.realpath(triton.__file__)
+        if theirs and theirs != mine:
+            _other_triton = f"the worker's Triton is {mine}, the caller's {theirs}"
+            return
         key = os.environ.get("TUNEKIT_TRITON_KEY")
         if key:  # the caller's, of the same installation (Triton's own warm-up pool does the same)
             cache.triton_key = lambda: key
@@ -131,9 +144,9 @@ def _start() -> None:
 
 def main() -> None:
     _own_folder_off_path()
-    _start()
     replies = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # anything Triton prints goes where stderr goes, never into the replies
+    os.dup2(2, 1)  # anything Triton prints (its import included) goes where stderr goes, never into the replies
+    _start()
     serve(sys.stdin, replies)
 
 

@@ -29,22 +29,14 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
-__all__ = ["PREPARE_WORKERS", "WARM_UP", "kernels_load_lazily", "preparer", "Preparations", "ParkedChoice", "park"]
+__all__ = ["PREPARE_WORKERS", "preparer", "Preparations", "ParkedChoice", "park"]
 
 #: worker threads for preparations: compilers release the GIL (NVRTC) or run as subprocesses
 #: (Triton's ptxas), so a few compile at once; the caller's thread keeps one core
 PREPARE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
 
-#: the preparation that runs an op's ``warm_numerics`` (not a candidate's name)
-WARM_UP = "(numerical check's warm-up)"
-
 _pool: ThreadPoolExecutor | None = None
 _count_lock = threading.Lock()
-
-
-def kernels_load_lazily(device) -> bool:
-    """Whether a process's first run of a kernel on ``device`` pays its load (CUDA's lazy loading)."""
-    return device.type == "cuda"
 
 
 def preparer() -> ThreadPoolExecutor:
@@ -83,23 +75,6 @@ class Preparations:
         """Whether ``name`` can be checked now (its preparation ended, or it has none)."""
         future = self._futures.get(name)
         return future is None or future.done()
-
-    def start_warm_up(self, warm: Callable, params) -> None:
-        """``warm(params)`` (an op's ``warm_numerics``: the check's first kernel loads) on a worker,
-        once, where kernels load lazily (elsewhere there is nothing to load: it runs in the call)."""
-        if kernels_load_lazily(params.device) and not self.started(WARM_UP):
-            self.start(WARM_UP, warm, params)
-
-    def warmed_up(self) -> bool:
-        """Whether the warm-up ended (or none was started): checks wait for it."""
-        return self.ready(WARM_UP)
-
-    def finish_warm_up(self) -> bool:
-        """Whether the warm-up ran on a worker (re-raising what it raised there)."""
-        if not self.started(WARM_UP):
-            return False
-        self._futures[WARM_UP].result()
-        return True
 
     def first_pending(self) -> Future | None:
         return next((f for f in self._futures.values() if not f.done()), None)

@@ -27,8 +27,7 @@ sets that keep timed runs cold in L2, and each candidate's captured measurement;
 it ends. Budget: ``max_tuning_ms`` of the calling thread's time inside :meth:`advance`, waits for
 background preparation excluded, and so are the support screen (its first run imports the backends:
 0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the check's first kernels load in
-0.15-0.25 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with. An
-online session runs that warm-up on a preparation worker, where it stalls no call.
+0.15-0.25 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with.
 """
 
 from __future__ import annotations
@@ -221,8 +220,6 @@ class TuningSession:
         return supported
 
     def _start_preparations(self) -> None:
-        if self.background and self._warms_numerics():
-            self.preparations.start_warm_up(self.op.warm_numerics, self.trial)  # first: a worker for it
         for name, prepare in self._to_prepare:
             self.preparations.start(name, prepare, self.trial)
         self._to_prepare = []
@@ -256,7 +253,7 @@ class TuningSession:
                     self.preparations.cancel(c.name)
                 return
             self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
-            c = self._next_to_check(pending) if self.preparations.warmed_up() else None
+            c = self._next_to_check(pending)
             if c is None:
                 yield _WAIT
                 continue
@@ -277,13 +274,10 @@ class TuningSession:
                 self.incumbent = c
             yield
 
-    def _warms_numerics(self) -> bool:
-        return self.agree is not None and self.op.warm_numerics is not None
-
     def _warm_numerics(self) -> None:
         """Before the first check only (a session that checks nothing pays nothing), off the budget,
-        unless it ran on a worker (online: :meth:`_start_preparations`; 0.2 s in one call stalled it)."""
-        if not self.preparations.finish_warm_up() and self._warms_numerics():
+        in the call: on a worker thread its launches broke a CUDA graph the user's thread captured."""
+        if self.agree is not None and self.op.warm_numerics is not None:
             with self.budget.paused():
                 self.op.warm_numerics(self.trial)
 
