@@ -74,6 +74,23 @@ def test_a_call_starts_no_piece_of_work_that_would_not_fit_its_share(piece_ms, s
     assert spent == [per_call_ms] * 5
 
 
+def test_a_step_of_the_whole_budget_keeps_no_slack():
+    """A step as large as the budget tunes in one blocking call: no share is left for the call's
+    own work (four 2.4 ms pieces in a 10 ms step, as without STEP_SLACK)."""
+    op, clock = fresh_op({"ref": 1.0, "fast": 0.5})
+    with tuning(max_tuning_ms=10.0) as s:
+        tuning_session = session.TuningSession(op, ScaleParams(torch.randn(8)), s, clock=clock)
+
+    def pieces():
+        while True:
+            clock.advance(2.4)
+            yield
+    tuning_session._steps = pieces()
+    before = clock()
+    tuning_session.advance(10.0)
+    assert round((clock() - before) * 1e3, 6) == 9.6
+
+
 def test_calls_run_the_default_until_a_challenger_is_decisive_then_the_challenger():
     op, clock = fresh_op({"ref": 10.0, "fast": 1.0})
     x = torch.randn(64)

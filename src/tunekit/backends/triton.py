@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import triton_compile, triton_workers
+from . import triton_compile
 from .shipped_kernels import seed_triton_cache
 
 __all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
@@ -106,8 +106,6 @@ def warming(device: torch.device | None = None):
     :func:`tunekit.backends.shipped_kernels.seed_triton_cache`), so a shipped kernel loads instead of compiling."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         seed_triton_cache()
-        if triton_compile.enabled() and torch.cuda.is_initialized():
-            triton_workers.start()  # the compiles of a session's next preparations find them started
     before, _warming.active = _warming.active, True
     try:
         with on_device(device) if device is not None else contextlib.nullcontext():

@@ -111,7 +111,8 @@ def _alive() -> int:
 
 def start() -> None:
     """Start the workers now, in the background (a worker's start, Triton's import, takes a few
-    tenths of a second), once per process: so a session's first compiles find them started."""
+    tenths of a second), once per process, at its first compile: a process whose kernels all load
+    from the cache (shipped or stored choices) starts none."""
     with _lock:
         if _state["started"]:
             return
@@ -146,6 +147,7 @@ def ask(request: dict) -> dict | None:
     """Send ``request`` to a worker; its reply, or None if none could answer."""
     if given_up():
         return None
+    start()  # the first compile asked for: the other workers start for the compiles that follow
     with _slots:
         worker = _take()
         reply = None if worker is None else worker.ask(request)
