@@ -103,3 +103,21 @@ def test_the_worker_reports_errors_and_serves_on(tmp_path):
     assert len(replies) == 2 and all(not r["ok"] and "no_such_kernel" in r["error"] for r in replies)
     assert [r["id"] for r in replies] == [None, None]  # echoed (these requests had none)
     assert done.stderr.strip().splitlines()[-1] == "False"
+
+
+def test_an_idle_worker_ends_on_its_own(tmp_path):
+    """A worker with no request for its idle time ends though its input stays open (so a process
+    that compiled once keeps no idle workers), and answers a request that comes in time first."""
+    import time
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path), TUNEKIT_TRITON_WORKER_IDLE_S="1")
+    worker = subprocess.Popen([sys.executable, triton_workers._WORKER_FILE], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    try:
+        worker.stdin.write(json.dumps({"id": 7}) + "\n")
+        worker.stdin.flush()
+        assert json.loads(worker.stdout.readline())["id"] == 7
+        started = time.monotonic()
+        assert worker.wait(timeout=60) == 0 and time.monotonic() - started < 30
+    finally:
+        worker.kill()
+

@@ -10,16 +10,22 @@ Protocol: one JSON object per line on stdin, one reply per line on the stdout it
 A request names the ``@triton.jit`` function (``module``, ``qualname``, ``file``), the compile
 target and ``specialization`` (the JSON Triton's ``jit_cache_hook`` hands over, the same that
 ``JITFunction.preload`` reads). The reply: ``{"ok": true, "hash": <cache entry>, "seconds": s}``
-or ``{"ok": false, "error": "..."}``, each with the request's ``id``. The worker ends when stdin closes.
+or ``{"ok": false, "error": "..."}``, each with the request's ``id``. The worker ends when stdin closes,
+or after :data:`IDLE_EXIT_S` without a request.
 """
 
 import importlib.util
 import json
 import os
+import select
 import sys
 import time
 import traceback
 import types
+
+
+#: seconds without a request after which a worker ends (TUNEKIT_TRITON_WORKER_IDLE_S)
+IDLE_EXIT_S = float(os.environ.get("TUNEKIT_TRITON_WORKER_IDLE_S") or 120.0)
 
 
 def _own_folder_off_path() -> None:
@@ -102,8 +108,19 @@ def compile_request(request: dict) -> dict:
     return {"ok": True, "hash": compiled.hash, "seconds": time.perf_counter() - started, "id": request.get("id")}
 
 
-def serve(requests, replies) -> None:
-    for line in requests:
+def _lines(requests, idle_s: float):
+    """The request lines, until the input ends or none came for ``idle_s`` seconds (an idle worker
+    ends: the caller starts another when it next compiles)."""
+    while True:
+        ready, _, _ = select.select([requests], [], [], idle_s)
+        line = requests.readline() if ready else ""
+        if not line:
+            return
+        yield line
+
+
+def serve(requests, replies, idle_s: float = IDLE_EXIT_S) -> None:
+    for line in _lines(requests, idle_s):
         if not line.strip():
             continue
         request = None
