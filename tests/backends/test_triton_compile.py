@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from tunekit.backends import triton_compile, triton_workers  # noqa: E402
+from tunekit.backends import triton_workers  # noqa: E402
 
 SCENARIOS = Path(__file__).with_name("triton_compile_scenarios.py")
 
