@@ -100,9 +100,12 @@ def _load_module(filename: str, options: tuple[str, ...], index: int, kernel_nam
             if kernel_name in (kernel_units.definitions(filename) or ()):
                 raise
             return _modules(filename, options, index, None)
-        err, module = driver.cuModuleLoadData(image)
+        with thread_context.capture_relaxed():  # a user's graph capture neither refuses it nor breaks
+            err, module = driver.cuModuleLoadData(image)
         if int(err):  # a corrupt or truncated cached cubin
-            err, module = driver.cuModuleLoadData(compile_cubin(code, name, arch, options, identity=identity, refresh=True))
+            image = compile_cubin(code, name, arch, options, identity=identity, refresh=True)
+            with thread_context.capture_relaxed():
+                err, module = driver.cuModuleLoadData(image)
         check(err, f"cuModuleLoadData({name})")
     return module
 

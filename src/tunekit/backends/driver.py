@@ -48,6 +48,7 @@ class _LibCuda:
                            ("cuDeviceGet", [ctypes.POINTER(c_int), c_int]),
                            ("cuDevicePrimaryCtxRetain", [ctypes.POINTER(p), c_int]),
                            ("cuDriverGetVersion", [ctypes.POINTER(c_int)]),
+                           ("cuThreadExchangeStreamCaptureMode", [ctypes.POINTER(c_int)]),
                            ("cuGetProcAddress_v2", [ctypes.c_char_p, ctypes.POINTER(p), c_int, u64,
                                                     ctypes.POINTER(c_int)])):
             fn = getattr(lib, name, None)
@@ -80,6 +81,12 @@ class _LibCuda:
 
     def cuDriverGetVersion(self):
         return self._out("cuDriverGetVersion", ctypes.c_int)
+
+    def cuThreadExchangeStreamCaptureMode(self, mode: int):
+        """Set this thread's stream-capture interaction mode; ``(error, the mode it had)``."""
+        value = ctypes.c_int(mode)
+        err = self._lib.cuThreadExchangeStreamCaptureMode(ctypes.byref(value))
+        return err, value.value
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: int):
         if getattr(self._lib, "cuGetProcAddress_v2", None) is None:

@@ -1,7 +1,7 @@
 // A tunable op's cached call in C++, as a small CPython extension against libtorch (built at first
 // use by tunekit.backends.fast_call; see there for why). Two types:
 //
-//   FastCall(runners, settings_var, context, tensor_type, differentiable=frozenset())(x[, extra]) -> result or None
+//   FastCall(runners, settings_var, context, tensor_type, differentiable=frozenset(), recorder=None)(x[, extra])
 //
 // The fast path of tunekit/tunable/fast_path.py (which has the same steps in Python, used when this
 // cannot be built): for x of exactly tensor_type, contiguous, not requiring grad unless the runner
@@ -10,6 +10,10 @@
 // the settings (settings_var, else context._defaults), and when they are enabled and
 // runners[settings.cache_id] holds a runner for the key, runner(x). Otherwise None (also when
 // reading anything fails): the caller takes its general path. The runner's own errors propagate.
+// recorder: a list whose item 0, once not None (fast_grad.cpp's silu_call / gelu_call), lets x requiring
+// grad take any runner, as recorder[0](runner, x[, extra]): the runner with grad mode off and torch's
+// own node for its result (through the op's Python function and fast_grad's GradCall, ~5 us more host
+// time per forward + backward than F.gelu's, H100 host).
 // The tensor's fields are read from the at::Tensor itself: read through torch's Python accessors (a
 // C version's only way), they keep a cached call's host time above F.silu's.
 //
@@ -78,6 +82,7 @@ struct FastCall {
   PyObject* context;       // the module whose _defaults are the settings when the variable holds none
   PyObject* tensor_type;   // torch.Tensor: subclasses take the general path
   PyObject* differentiable;  // a frozenset of the runners that may take a tensor requiring grad
+  PyObject* recorder;        // a list: [None] or [the recorder of torch's node], or nullptr
   vectorcallfunc vectorcall;
 };
 
@@ -133,6 +138,7 @@ PyObject* fastcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
   PyObject* x = args[0];
   if (reinterpret_cast<PyObject*>(Py_TYPE(x)) != self->tensor_type) Py_RETURN_NONE;
   PyObject* runner = nullptr;
+  PyObject* recorder = nullptr;
   try {
     PyObject* table = current_runners(self);
     if (table != nullptr) {
@@ -141,28 +147,38 @@ PyObject* fastcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
       if (key != nullptr) {
         runner = PyDict_GetItemWithError(table, key);
         Py_XINCREF(runner);  // before PySet_Contains, which may run Python code
-        if (runner != nullptr && grad && PySet_Contains(self->differentiable, runner) != 1) Py_CLEAR(runner);
+        if (runner != nullptr && grad && PySet_Contains(self->differentiable, runner) != 1) {
+          if (self->recorder != nullptr && PyList_GET_SIZE(self->recorder) > 0) recorder = PyList_GET_ITEM(self->recorder, 0);
+          recorder = recorder == Py_None ? nullptr : Py_XNewRef(recorder);
+          if (recorder == nullptr) Py_CLEAR(runner);
+        }
         Py_DECREF(key);
       }
       Py_DECREF(table);
     }
   } catch (...) {  // a tensor torch cannot describe here: the general path meets it again
-    runner = nullptr;
+    Py_CLEAR(runner);
+    Py_CLEAR(recorder);
   }
   if (runner == nullptr) {
     PyErr_Clear();  // whatever failed, the general path meets it again
     Py_RETURN_NONE;
   }
-  PyObject* result = PyObject_Vectorcall(runner, args, 1, nullptr);
+  PyObject* with_runner[3] = {runner, args[0], nargs == 2 ? args[1] : nullptr};
+  PyObject* result = recorder != nullptr ? PyObject_Vectorcall(recorder, with_runner, nargs + 1, nullptr)
+                                         : PyObject_Vectorcall(runner, args, 1, nullptr);
   Py_DECREF(runner);
+  Py_XDECREF(recorder);
   return result;
 }
 
 PyObject* fastcall_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *runners, *settings_var, *context, *tensor_type, *differentiable = nullptr;
-  static const char* names[] = {"runners", "settings_var", "context", "tensor_type", "differentiable", nullptr};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO|O!:FastCall", const_cast<char**>(names), &PyDict_Type,
-                                   &runners, &settings_var, &context, &tensor_type, &PyFrozenSet_Type, &differentiable))
+  PyObject *runners, *settings_var, *context, *tensor_type, *differentiable = nullptr, *recorder = nullptr;
+  static const char* names[] = {"runners", "settings_var", "context", "tensor_type", "differentiable", "recorder",
+                                nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO|O!O!:FastCall", const_cast<char**>(names), &PyDict_Type,
+                                   &runners, &settings_var, &context, &tensor_type, &PyFrozenSet_Type, &differentiable,
+                                   &PyList_Type, &recorder))
     return nullptr;
   differentiable = differentiable != nullptr ? Py_NewRef(differentiable) : PyFrozenSet_New(nullptr);
   if (differentiable == nullptr) return nullptr;
@@ -178,6 +194,7 @@ PyObject* fastcall_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   self->differentiable = differentiable;  // the reference taken above
+  self->recorder = Py_XNewRef(recorder);
   for (PyObject* o : {runners, settings_var, context, tensor_type}) Py_INCREF(o);
   self->runners = runners;
   self->settings_var = settings_var;
@@ -193,6 +210,7 @@ int fastcall_traverse(FastCall* self, visitproc visit, void* arg) {
   Py_VISIT(self->context);
   Py_VISIT(self->tensor_type);
   Py_VISIT(self->differentiable);
+  Py_VISIT(self->recorder);
   return 0;
 }
 
@@ -202,6 +220,7 @@ int fastcall_clear(FastCall* self) {
   Py_CLEAR(self->context);
   Py_CLEAR(self->tensor_type);
   Py_CLEAR(self->differentiable);
+  Py_CLEAR(self->recorder);
   return 0;
 }
 
@@ -329,7 +348,7 @@ int ready_types() {
   FastCallType.tp_name = "tunekit_fast_call.FastCall";
   FastCallType.tp_basicsize = sizeof(FastCall);
   FastCallType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
-  FastCallType.tp_doc = "FastCall(runners, settings_var, context, tensor_type, differentiable=frozenset()): a tunable op's fast path";
+  FastCallType.tp_doc = "FastCall(runners, settings_var, context, tensor_type, differentiable=frozenset(), recorder=None): see fast_call.cpp";
   FastCallType.tp_new = fastcall_new;
   FastCallType.tp_call = PyVectorcall_Call;
   FastCallType.tp_vectorcall_offset = offsetof(FastCall, vectorcall);

@@ -100,17 +100,21 @@ def _load_in_background() -> Future:
         return _loading
 
 
-def make_fast_call(runners: dict, install, differentiable: frozenset = frozenset()) -> None:
+def make_fast_call(runners: dict, install, differentiable: frozenset = frozenset(), *,
+                   recorder: list | None = None) -> None:
     """``install`` a ``fast_call`` over ``runners`` (``{settings.cache_id: {cache key: runner}}``;
     ``differentiable``: those that may take a tensor requiring grad, ``tunable/fast_path.py``):
     the C++ ``FastCall`` once the extension is loaded, the runtime's Python one (the same steps)
-    until then, and for good where it does not build.
+    until then, and for good where it does not build. ``recorder``: a list whose item 0 becomes the
+    C++ call giving any runner's result torch's autograd node (``ops/_shared/grad_call.py``), so
+    that the C++ ``FastCall`` takes a tensor requiring grad too (the Python one leaves it to the op).
 
     Why on a worker: building takes seconds the first time on a machine (12-14 s measured on the
     H100 machine), and the call that caches an op's first runner must not wait for the compiler."""
     def install_for(module) -> None:
         install(python_fast_call(runners, differentiable) if module is None else
-                module.FastCall(runners, context._current, context, torch.Tensor, differentiable))
+                module.FastCall(runners, context._current, context, torch.Tensor, differentiable,
+                                **({} if recorder is None else {"recorder": recorder})))
 
     if _load.done() or not switch("TUNEKIT_FAST_CALL"):  # a bad value raises SettingError here
         install_for(load())

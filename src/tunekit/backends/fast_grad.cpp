@@ -1,6 +1,7 @@
 // An activation's differentiable cached call in C++: its forward through the op's fast call (the tuned
 // runner), its autograd node torch's own (a small CPython extension against libtorch, built at first
-// use by tunekit.backends.fast_grad, as fast_call.cpp is; see there for why). One type:
+// use by tunekit.backends.fast_grad, as fast_call.cpp is; see there for why). One type and two
+// recorders:
 //
 //   GradCall(forward, kind)(x, *extra) -> y, or None
 //
@@ -10,6 +11,13 @@
 // so does this (the caller takes its general path: its Python autograd Function). So it does when x
 // carries a forward-mode tangent (torch's node would need its forward formula too), and when y is
 // not a fresh tensor (a view, an alias of x, or one with a history): its history cannot be set.
+//
+//   silu_call(runner, x) / gelu_call(runner, x, approximate) -> y, or None
+//
+// What a FastCall (fast_call.cpp) given one as its recorder does with x requiring grad and a runner
+// that is not torch's function: runner(x) with grad mode off, y given torch's node as GradCall gives
+// it (None where GradCall's would be; runner(x) as it is when grad mode is off). One C++ call instead
+// of the op's Python function, a GradCall and a Python forward around the same runner.
 //
 // kind: "silu", "gelu" (extra: the approximation, "none" or "tanh") or "logsumexp" (extra: the
 // reduced dims as a tuple of ints, keepdim as a bool). y gets the grad_fn torch's own F.silu / F.gelu
@@ -110,25 +118,32 @@ void record(int kind, const at::Tensor& x, const at::Tensor& y, PyObject* const*
   torch::autograd::set_history(y, node);
 }
 
-// y with torch's node, or None; nullptr with an error set when the forward raised.
-PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  auto* self = reinterpret_cast<GradCall*>(op);
-  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  const Py_ssize_t wanted = 1 + kExtra[self->kind];
-  if ((kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) || nargs != wanted || !THPVariable_Check(args[0]) ||
-      !extra_ok(self->kind, args + 1)) {
+// forward(x', *extra) (args: x, *extra) with torch's node, or None; nullptr with an error set when
+// anything raised. x' is x.detach() (GradCall), or x with grad mode off (a recorder: its forward is a
+// runner, which takes x alone; under grad mode off its result needs no node).
+PyObject* with_node(int kind, PyObject* forward, PyObject* const* args, Py_ssize_t nargs, bool detach) {
+  const Py_ssize_t wanted = 1 + kExtra[kind];
+  if (nargs != wanted || !THPVariable_Check(args[0]) || !extra_ok(kind, args + 1)) {
     PyErr_SetString(PyExc_TypeError,
                     "GradCall takes (x) for silu, (x, approximate) for gelu, (x, dims, keepdim) for logsumexp");
     return nullptr;
   }
   HANDLE_TH_ERRORS
   const at::Tensor& x = THPVariable_Unpack(args[0]);
-  if (!c10::GradMode::is_enabled() || !x.requires_grad() || x._fw_grad(0).defined()) Py_RETURN_NONE;
-  PyObject* call_args[3] = {THPVariable_Wrap(x.detach()), wanted > 1 ? args[1] : nullptr,
-                            wanted > 2 ? args[2] : nullptr};
-  if (call_args[0] == nullptr) return nullptr;
-  PyObject* y = PyObject_Vectorcall(self->forward, call_args, wanted, nullptr);
-  Py_DECREF(call_args[0]);
+  const bool grad_mode = c10::GradMode::is_enabled();
+  if (!detach && !grad_mode) return PyObject_Vectorcall(forward, args, 1, nullptr);  // a runner takes x alone
+  if (!grad_mode || !x.requires_grad() || x._fw_grad(0).defined()) Py_RETURN_NONE;
+  PyObject* y;
+  if (detach) {
+    PyObject* call_args[3] = {THPVariable_Wrap(x.detach()), wanted > 1 ? args[1] : nullptr,
+                              wanted > 2 ? args[2] : nullptr};
+    if (call_args[0] == nullptr) return nullptr;
+    y = PyObject_Vectorcall(forward, call_args, wanted, nullptr);
+    Py_DECREF(call_args[0]);
+  } else {
+    c10::AutoGradMode off(false);
+    y = PyObject_Vectorcall(forward, args, 1, nullptr);
+  }
   if (y == nullptr || y == Py_None) return y;
   if (!THPVariable_Check(y)) {
     Py_DECREF(y);
@@ -141,13 +156,32 @@ PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
     Py_RETURN_NONE;
   }
   try {
-    record(self->kind, x, out, args + 1);
+    record(kind, x, out, args + 1);
   } catch (...) {
     Py_DECREF(y);
     throw;
   }
   return y;
   END_HANDLE_TH_ERRORS
+}
+
+PyObject* gradcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<GradCall*>(op);
+  if (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) {
+    PyErr_SetString(PyExc_TypeError, "GradCall takes no keyword arguments");
+    return nullptr;
+  }
+  return with_node(self->kind, self->forward, args, PyVectorcall_NARGS(nargsf), true);
+}
+
+// silu_call / gelu_call: a FastCall's recorder (args: runner, x, *extra).
+template <int kind>
+PyObject* recorder_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 2) {
+    PyErr_SetString(PyExc_TypeError, "a recorder takes (runner, x, *extra)");
+    return nullptr;
+  }
+  return with_node(kind, args[0], args + 1, nargs - 1, false);
 }
 
 PyObject* gradcall_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
@@ -188,7 +222,15 @@ void gradcall_dealloc(GradCall* self) {
 
 PyTypeObject GradCallType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "tunekit_fast_grad", nullptr, -1, nullptr};
+PyMethodDef module_methods[] = {
+    {"silu_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(recorder_call<kSilu>)), METH_FASTCALL,
+     "silu_call(runner, x): runner(x) with torch's SiluBackward0 (see fast_grad.cpp)"},
+    {"gelu_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(recorder_call<kGelu>)), METH_FASTCALL,
+     "gelu_call(runner, x, approximate): runner(x) with torch's GeluBackward0 (see fast_grad.cpp)"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "tunekit_fast_grad", nullptr, -1, module_methods};
 
 }  // namespace
 

@@ -9,16 +9,28 @@ launch then fails with CUDA_ERROR_INVALID_CONTEXT (201).
 Launches pay nothing for this on the common path: the C and C++ launchers call :func:`launch_hook`
 only after the driver refused a launch, and retry once when it bound a context (no context was
 current). Module loads (a worker thread may compile and load kernels) call :func:`bind` first.
+
+Module loads and a preparation's allocations also run inside :func:`capture_relaxed`: while any
+thread captures a CUDA graph in the default (global) mode, such a call from another thread, or from
+the capturing thread itself, is refused and invalidates the capture, and tunekit's worker threads
+compile and load kernels whenever a tuning session asks, a user's capture running or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+
+import torch
 
 from .device import current_device
 from .driver import check, libcuda
 
-__all__ = ["bind", "launch_hook"]
+__all__ = ["bind", "launch_hook", "capture_relaxed"]
+
+#: CUstreamCaptureMode (cuda.h): a thread in RELAXED mode may make calls a capture forbids (loads,
+#: allocations) while a stream is captured, in this thread or another
+_CAPTURE_MODE_RELAXED = 2
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,3 +67,22 @@ def launch_hook() -> bool:
         return bind()
     except Exception:
         return False
+
+
+@contextlib.contextmanager
+def capture_relaxed():
+    """A block whose driver calls (module loads, ``cudaMalloc``) a graph capture in progress, in any
+    thread, neither refuses nor is invalidated by: the calling thread's capture mode is RELAXED
+    inside, restored after. These calls are not captured (a load or an allocation is never part of a
+    graph); what the block launches on a capturing stream still is. Before CUDA is initialised there
+    is no capture to protect and nothing is changed."""
+    if not torch.cuda.is_initialized():
+        yield
+        return
+    driver = libcuda()
+    err, before = driver.cuThreadExchangeStreamCaptureMode(_CAPTURE_MODE_RELAXED)
+    check(err, "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        driver.cuThreadExchangeStreamCaptureMode(before)

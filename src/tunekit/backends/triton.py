@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from . import triton_compile
+from . import thread_context, triton_compile
 from .shipped_kernels import seed_triton_cache
 
 __all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
@@ -107,8 +107,8 @@ def warming(device: torch.device | None = None):
     if os.environ.get("TRITON_INTERPRET") != "1":
         seed_triton_cache()
     before, _warming.active = _warming.active, True
-    try:
-        with on_device(device) if device is not None else contextlib.nullcontext():
+    try:  # capture_relaxed: its loads and allocations never break a user's CUDA graph capture
+        with on_device(device) if device is not None else contextlib.nullcontext(), thread_context.capture_relaxed():
             yield
     finally:
         _warming.active = before

@@ -11,9 +11,12 @@ flat array, so (4096, 4096) and (16777216,) share one tuning result.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .cuda_elementwise import cuda_candidates
+from .grad_call import recorder_slot
 from .triton_elementwise import TritonElementwise
 from ...backends.fast_call import make_fast_call
 from ...tunable.config import Config
@@ -112,7 +115,10 @@ def triton_candidates(prefix: str, kernel: str, inputs: tuple[str, ...], constex
             for config in TRITON_CONFIGS]
 
 
-def elementwise_op(name: str, params_type: type[OpParams], **options) -> TunableOp:
+def elementwise_op(name: str, params_type: type[OpParams], grad_kind: str | None = None, **options) -> TunableOp:
     """A tunable op whose cached calls of a contiguous tensor take the fast path in C++ where the
-    extension builds (:func:`tunekit.backends.fast_call.make_fast_call`)."""
-    return TunableOp(name, params_type, fast_calls=make_fast_call, **options)
+    extension builds (:func:`tunekit.backends.fast_call.make_fast_call`); with ``grad_kind`` ("silu",
+    "gelu"), tensors requiring grad too, once torch's node can be recorded (``grad_call.py``)."""
+    fast_calls = make_fast_call if grad_kind is None else functools.partial(make_fast_call,
+                                                                            recorder=recorder_slot(grad_kind))
+    return TunableOp(name, params_type, fast_calls=fast_calls, **options)

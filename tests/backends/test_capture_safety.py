@@ -1,0 +1,115 @@
+"""A user's CUDA graph capture survives tunekit's background work, on a real GPU.
+
+tunekit's worker threads compile and load kernels whenever a tuning session asks, whether or not the
+user's thread is capturing a graph at that moment. In the default (global) capture mode the driver
+refuses a module load or a ``cudaMalloc`` from any thread while a capture runs, and the capture is
+invalidated (``benchmarks/experiments/capture_module_load.py`` measured it). tunekit makes those
+calls in the thread's RELAXED mode (``backends/thread_context.capture_relaxed``). Each test: the
+capture ends without error, its replay computes what the same ops compute eagerly, and the kernel
+loaded meanwhile runs correctly afterwards. On the H100 (driver of 2026-11) module loads were never
+refused, in any thread; an allocation from a worker invalidated the capture without the guard.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tunekit.backends import triton as triton_backend
+from tunekit.backends.cuda import CudaKernel
+from tunekit.tunable.preparations import preparer
+
+pytestmark = pytest.mark.gpu
+
+BLOCK = 256
+
+
+def fresh_silu_kernel() -> CudaKernel:
+    """silu's float32 kernel under an option no other load used: its module is not loaded yet."""
+    return CudaKernel("silu.cu", "silu_f32", (f"-DTUNEKIT_CAPTURE_PROBE={uuid.uuid4().int % 10**9}",))
+
+
+def captured(work):
+    """Capture ``x * 2 + 1`` around ``work()`` on the capturing thread (global mode, torch's default);
+    returns (input, graph output, work's value) after one replay."""
+    x = torch.randn(1 << 16, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        (x * 2 + 1).sum()  # warm-up outside the capture: torch's own kernels loaded
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+        value = work()
+        y = y + 1
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    return x, y, value
+
+
+def check_kernel(kernel: CudaKernel) -> None:
+    x = torch.randn(10_001, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    kernel.launch(0, (x.numel() + BLOCK - 1) // BLOCK, BLOCK, x, out, x.numel())
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, F.silu(x.double()).float(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_worker_loads_a_module_while_the_user_captures():
+    kernel = fresh_silu_kernel()
+    x, y, address = captured(lambda: preparer().submit(kernel.address, 0).result(timeout=300))
+    torch.testing.assert_close(y, x * 2 + 1)
+    assert address == kernel.address(0) != 0
+    check_kernel(kernel)
+
+
+def test_the_capturing_thread_loads_a_module_and_launches_it_in_the_graph():
+    kernel = fresh_silu_kernel()
+    box = {}
+
+    def work():
+        box["x"] = torch.randn(4097, device="cuda")
+        box["out"] = torch.empty_like(box["x"])
+        kernel.launch(0, (4097 + BLOCK - 1) // BLOCK, BLOCK, box["x"], box["out"], 4097)
+
+    x, y, _ = captured(work)
+    torch.testing.assert_close(y, x * 2 + 1)
+    torch.testing.assert_close(box["out"], F.silu(box["x"].double()).float(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(triton_backend.kernel("activations", "silu_forward_kernel") is None, reason="needs Triton")
+def test_a_worker_compiles_and_loads_a_triton_kernel_while_the_user_captures():
+    fn = triton_backend.kernel("activations", "silu_forward_kernel")
+    block = 2 ** (5 + uuid.uuid4().int % 5)  # 32-512: no candidate's block (1024-4096), not compiled yet
+    n = 12_345 + uuid.uuid4().int % 1000
+    x = torch.randn(n, device="cuda")
+    out = torch.full_like(x, float("nan"))
+
+    def prepare():  # what a Triton candidate's prepare does: compile and load, no launch
+        with triton_backend.warming(x.device):
+            triton_backend.launch(fn, ((n + block - 1) // block,), x, out, n, BLOCK=block)
+
+    graph_in, graph_out, _ = captured(lambda: preparer().submit(prepare).result(timeout=600))
+    torch.testing.assert_close(graph_out, graph_in * 2 + 1)
+    assert out.isnan().all()  # the warm-up launched nothing
+    triton_backend.launch(fn, ((n + block - 1) // block,), x, out, n, BLOCK=block)
+    torch.testing.assert_close(out, F.silu(x.double()).float(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_worker_allocates_in_a_preparation_while_the_user_captures():
+    """A preparation may allocate (a GEMM candidate's warm-up allocates its output): a size no cached
+    block fits makes the caching allocator call cudaMalloc on the worker thread."""
+    size = int(3.3e8) + uuid.uuid4().int % 4096
+
+    def prepare():
+        with triton_backend.warming(torch.device("cuda", 0)):
+            return torch.empty(size, dtype=torch.uint8, device="cuda").numel()
+
+    x, y, allocated = captured(lambda: preparer().submit(prepare).result(timeout=60))
+    torch.testing.assert_close(y, x * 2 + 1)
+    assert allocated == size
