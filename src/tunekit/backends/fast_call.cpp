@@ -4,7 +4,8 @@
 //   FastCall(runners, settings_var, context, tensor_type, differentiable=frozenset(), recorder=None)(x[, extra])
 //
 // The fast path of tunekit/tunable/fast_path.py (which has the same steps in Python, used when this
-// cannot be built): for x of exactly tensor_type, contiguous, not requiring grad unless the runner
+// cannot be built): for x of exactly tensor_type, contiguous, with no forward-mode tangent (a
+// torch.func transform's wrapped tensor has no data pointer: refused too), not requiring grad unless the runner
 // is one of `differentiable` (torch's own function: its result and autograd node), the cache key
 // (x.dtype, x.numel(), x.data_ptr() & 15, x.device) (paired with extra when given: ((...), extra)),
 // the settings (settings_var, else context._defaults), and when they are enabled and
@@ -110,7 +111,7 @@ PyObject* current_runners(FastCall* self) {
 // The cache key of x, or nullptr when x does not take the fast path; *grad: x requires grad.
 PyObject* cache_key(PyObject* x, PyObject* extra, bool* grad) {
   const at::Tensor& t = THPVariable_Unpack(x);
-  if (!t.defined() || !t.is_contiguous()) return nullptr;
+  if (!t.defined() || !t.is_contiguous() || t._fw_grad(0).defined()) return nullptr;  // a tangent: torch's function
   *grad = t.requires_grad();
   const auto address = reinterpret_cast<std::uintptr_t>(t.data_ptr());
   PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));  // borrowed

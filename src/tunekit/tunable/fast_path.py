@@ -10,7 +10,8 @@ Why: on a cached call of a small op host time is the whole cost, and the bar is 
   ``Candidate.fast_runner``). ``TunableOp`` caches it next to the choice, under the same settings
   and cache key, for params in fast form (``params.fast_form()``: no ``out``, contiguous ``x``),
   and drops it with the choice.
-- ``fast_call(x[, extra])``: for ``x`` exactly a ``torch.Tensor``, contiguous, the key ``(x.dtype, x.numel(), x.data_ptr() & 15, x.device)`` (that is
+- ``fast_call(x[, extra])``: for ``x`` exactly a ``torch.Tensor``, contiguous, carrying no forward-mode
+  tangent (a runner's kernel would drop it) and not a torch.func transform's wrapped tensor, the key ``(x.dtype, x.numel(), x.data_ptr() & 15, x.device)`` (that is
   ``UnaryParams.cache_key()``; paired with ``extra``, as gelu's ``approximate``: ``(key, extra)``),
   the current settings, enabled, their runners, the runner for the key, ``runner(x)``; for ``x``
   requiring grad only when the runner is one of the op's ``differentiable`` ones: torch's own
@@ -30,8 +31,12 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from . import context
+
+#: a torch.func transform's innermost level, or None (its wrapped tensors have no data pointer)
+_functorch = torch._C._functorch.peek_interpreter_stack
 
 __all__ = ["python_fast_call", "install_python_fast_call"]
 
@@ -43,7 +48,7 @@ def python_fast_call(runners: dict, differentiable: frozenset = frozenset()) -> 
     tensor = torch.Tensor
 
     def fast_call(x, *extra):
-        if type(x) is not tensor or not x.is_contiguous():
+        if type(x) is not tensor or not x.is_contiguous() or _forward_ad._current_level >= 0 or _functorch() is not None:
             return None
         s = get_settings() or context._defaults
         if not s.enabled:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from .routing import TUNEKIT_DTYPES
+from .routing import TUNEKIT_DTYPES, transformed
 from ...tunable.params import overlaps
 
-__all__ = ["TORCH", "computes", "traced_computes", "elementwise_target", "elementwise_destination", "writable_out",
+__all__ = ["TORCH", "computes", "transformed", "traced_computes", "elementwise_target", "elementwise_destination", "writable_out",
            "check_float_tensor", "check_gradient_pair", "check_approximate", "APPROXIMATIONS"]
 
 #: :func:`elementwise_target`'s answer for a form only torch's own function runs
@@ -36,11 +36,12 @@ _DTYPES = tuple(TUNEKIT_DTYPES)  # a tuple: Dynamo folds ``in`` over it
 
 def computes(x) -> bool:
     """Whether tunekit's candidates compute an op of ``x``: a strided float16 / bfloat16 / float32 /
-    float64 ``torch.Tensor`` or ``nn.Parameter`` on the CPU or a CUDA device. Other types (subclasses,
-    FakeTensor, DTensor, ``__torch_function__`` types) get torch's function, which dispatches them.
-    Not a check of modes: ``with torch.device(...)`` around an explicit tunekit call keeps tunekit."""
+    float64 ``torch.Tensor`` or ``nn.Parameter`` on the CPU or a CUDA device, and no forward-mode AD
+    level or torch.func transform active (:func:`transformed`). Other types (subclasses, FakeTensor,
+    DTensor, ``__torch_function__`` types) get torch's function, which dispatches them. Not a check
+    of modes: ``with torch.device(...)`` around an explicit tunekit call keeps tunekit."""
     return ((type(x) is _Tensor or type(x) is _Parameter) and x.dtype in TUNEKIT_DTYPES and x.layout is _strided
-            and (x.is_cuda or x.is_cpu))
+            and (x.is_cuda or x.is_cpu) and not transformed())
 
 
 def traced_computes(x) -> bool:

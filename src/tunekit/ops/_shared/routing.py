@@ -36,7 +36,7 @@ import threading
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-__all__ = ["takes", "state", "inside_tunekit", "bind", "plain_dims", "TUNEKIT_DTYPES"]
+__all__ = ["takes", "transformed", "state", "inside_tunekit", "bind", "plain_dims", "TUNEKIT_DTYPES"]
 
 #: dtypes for which tunekit's ops give torch's results (float64 runs torch's kernel inside tunekit)
 TUNEKIT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -72,8 +72,15 @@ def takes(x) -> bool:
             and (x.is_cuda or x.is_cpu)
             and not state.inside
             and not _function_mode_enabled() and not _dispatch_stack_depth()
-            and _forward_ad._current_level < 0 and _functorch_interpreter() is None
+            and not transformed()
             and _jit_tracing_state() is None)
+
+
+def transformed() -> bool:
+    """Whether forward-mode AD or a torch.func transform (``vmap``, ``grad``, ``jvp``, ...) is active:
+    tunekit's kernels compute values only (a dual tensor's tangent would be dropped; a transform's
+    wrapped tensors have no data pointer), so every op gives such calls to torch's function."""
+    return _forward_ad._current_level >= 0 or _functorch_interpreter() is not None
 
 
 def inside_tunekit() -> bool:

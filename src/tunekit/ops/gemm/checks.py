@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .._shared.routing import transformed
 from ...tunable.dtypes import KERNEL_DTYPES
 from ...tunable.params import overlaps
 
@@ -33,9 +34,11 @@ def plain(t) -> bool:
 
 
 def pair(a, b) -> bool:
-    """Two operands tunekit multiplies as torch does: both :func:`plain`, one dtype, one device, and
-    no autocast (which would cast them first: torch's function applies its lists)."""
-    return plain(a) and plain(b) and a.dtype is b.dtype and a.device == b.device and not _any_autocast()
+    """Two operands tunekit multiplies as torch does: both :func:`plain`, one dtype, one device, no
+    autocast (which would cast them first: torch's function applies its lists), and no forward-mode
+    AD or torch.func transform (``routing.transformed``: tunekit's kernels compute values only)."""
+    return (plain(a) and plain(b) and a.dtype is b.dtype and a.device == b.device and not _any_autocast()
+            and not transformed())
 
 
 def broadcastable(c: torch.Tensor, shape) -> bool:
