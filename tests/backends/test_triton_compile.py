@@ -121,3 +121,60 @@ def test_an_idle_worker_ends_on_its_own(tmp_path):
     finally:
         worker.kill()
 
+
+
+def _fresh_key_state(monkeypatch, hash_fn):
+    import threading
+    from tunekit.backends import triton_compile
+    monkeypatch.setattr(triton_compile, "_key_started", False)
+    monkeypatch.setattr(triton_compile, "_key_done", threading.Event())
+    monkeypatch.setattr(triton_compile, "_hash_key", hash_fn)
+    return triton_compile
+
+
+def test_the_triton_key_is_hashed_once_on_a_thread_of_its_own_and_lookups_wait_for_it(monkeypatch):
+    """Triton's key of its install (0.3-0.4 s of hashing, once per process) starts when tunekit
+    imports Triton's kernels; a lookup waits for it instead of hashing again."""
+    import threading
+    import time
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    gate, names = threading.Event(), []
+
+    def slow_hash():
+        names.append(threading.current_thread().name)
+        gate.wait(10)
+        triton_compile._key_done.set()
+    triton_compile = _fresh_key_state(monkeypatch, slow_hash)
+    triton_compile.wait_for_key()  # none started: returns at once
+    triton_compile.hash_triton_key()
+    triton_compile.hash_triton_key()
+    waiter = threading.Thread(target=triton_compile.wait_for_key)
+    waiter.start()
+    time.sleep(0.2)
+    assert waiter.is_alive(), "a lookup went ahead of the hash"
+    gate.set()
+    waiter.join(10)
+    assert not waiter.is_alive() and names == ["tunekit-triton-key"]
+
+
+def test_under_the_interpreter_no_key_is_hashed(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    triton_compile = _fresh_key_state(monkeypatch, lambda: pytest.fail("hashed under the interpreter"))
+    triton_compile.hash_triton_key()
+    assert not triton_compile._key_started
+
+
+def test_a_warm_up_waits_for_the_key_before_its_lookup(monkeypatch):
+    from tunekit.backends import triton as triton_backend
+    from tunekit.backends import triton_compile
+    order = []
+    monkeypatch.setattr(triton_compile, "compile_elsewhere", lambda *a: order.append("elsewhere"))
+    monkeypatch.setattr(triton_compile, "wait_for_key", lambda: order.append("key"))
+    monkeypatch.setattr(triton_compile, "confirm", lambda *a: None)
+
+    class Kernel:  # a compiled JIT function's stand-in: warmup compiles (here: records)
+        def warmup(self, *args, **kwargs):
+            order.append("warmup")
+    with triton_backend.warming():
+        triton_backend.launch(Kernel(), (1,), 3)
+    assert order == ["elsewhere", "key", "warmup"]

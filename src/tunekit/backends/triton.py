@@ -32,7 +32,9 @@ def _module(name: str):
         import triton  # noqa: F401
     except ImportError:
         return None
-    return importlib.import_module(f"tunekit.kernels.triton.{name}")
+    module = importlib.import_module(f"tunekit.kernels.triton.{name}")
+    triton_compile.hash_triton_key()  # Triton's first cache lookup needs it: hashed from now, beside the rest
+    return module
 
 
 def kernel(module: str, name: str):
@@ -90,6 +92,7 @@ def launch(fn, grid, *args, **kwargs) -> None:
         lock = _compiling.setdefault(id(fn), threading.Lock())
     with lock:
         built = triton_compile.compile_elsewhere(fn, grid, args, kwargs)
+        triton_compile.wait_for_key()
         compiled = fn.warmup(*args, grid=grid, **kwargs)
         triton_compile.confirm(fn, built, compiled)
     load = getattr(compiled, "_init_handles", None)  # Triton's own first-launch step (3.x)

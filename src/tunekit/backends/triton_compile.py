@@ -23,6 +23,12 @@ kernels: where JSON cannot hold it, the writer tunekit installs returns None ins
 Triton's own warm-up pool does), and that compile goes on as without the hook.
 
 ``TUNEKIT_TRITON_SUBPROCESS=0`` turns it off.
+
+Triton's disk-cache key of its own install (``triton_key``: a hash of its sources and of the 500 MB
+``libtriton.so``, 0.3-0.4 s, once per process) is the first lookup's cost, for a build in the cache
+too: :func:`hash_triton_key` starts it on a thread of its own as soon as tunekit imports Triton's
+kernels, so that it runs beside the warm-up's first steps (the hashing releases the GIL) instead of
+after them; lookups wait for it (:func:`wait_for_key`) rather than hash a second time.
 """
 
 from __future__ import annotations
@@ -37,12 +43,44 @@ from . import triton_compile_worker as worker_file
 from . import triton_workers
 from .env import switch
 
-__all__ = ["enabled", "compile_elsewhere", "confirm", "stats", "rebuilt"]
+__all__ = ["enabled", "compile_elsewhere", "confirm", "stats", "rebuilt", "hash_triton_key", "wait_for_key"]
 
 #: counters for tests and experiments: compiled by a worker, then found (or not) by the warm-up
 stats = {"offloaded": 0, "found": 0, "rebuilt": 0, "failed": 0, "cached": 0}
 _in_process: set[int] = set()  # id() of kernel functions left to in-process compiles
 rebuilt: list[tuple[str, str]] = []  # their names, and the specialization the worker built
+
+
+_key_done = threading.Event()
+_key_lock = threading.Lock()
+_key_started = False
+
+
+def hash_triton_key() -> None:
+    """Start Triton's ``triton_key()`` (cached by Triton for the process) on a daemon thread, once;
+    nothing where it does not exist or under the interpreter (which builds nothing)."""
+    global _key_started
+    with _key_lock:
+        if _key_started or os.environ.get("TRITON_INTERPRET") == "1":
+            return
+        _key_started = True
+    threading.Thread(target=_hash_key, name="tunekit-triton-key", daemon=True).start()
+
+
+def _hash_key() -> None:
+    try:
+        from triton.runtime import cache
+        cache.triton_key()
+    except Exception:  # noqa: BLE001 - another Triton: its own lookup computes what it needs
+        pass
+    finally:
+        _key_done.set()
+
+
+def wait_for_key(timeout: float = 30.0) -> None:
+    """Wait for :func:`hash_triton_key`'s hash, if one was started (a lookup would hash again)."""
+    if _key_started:
+        _key_done.wait(timeout)
 
 
 def enabled() -> bool:
@@ -156,6 +194,7 @@ def compile_elsewhere(fn, grid, args, kwargs) -> str | None:
             return None
         from triton.runtime import driver
         target = driver.active.get_current_target()
+        wait_for_key()
         if _in_cache(fn, data, target):
             stats["cached"] += 1
             return None
