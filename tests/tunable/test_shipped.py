@@ -236,8 +236,9 @@ def test_a_stand_in_runs_while_a_slow_shipped_choice_prepares(ship, tmp_path):
 
 def test_the_first_triton_choice_of_a_process_prepares_its_stand_in_first(ship, tmp_path, monkeypatch):
     """The choice's preparation would start Triton (holding the interpreter for 0.2-0.4 s): the
-    stand-in is prepared first, the first call runs it, the choice's preparation starts after it;
-    once a Triton choice was prepared, the next one goes first again."""
+    stand-in is prepared first, the choice's preparation starts after it; the first call waits for
+    neither (the default runs it), later calls run the stand-in once it is ready; once a Triton choice
+    was prepared, the next one goes first again."""
     x = torch.randn(64)
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     order, release = [], threading.Event()
@@ -245,13 +246,21 @@ def test_the_first_triton_choice_of_a_process_prepares_its_stand_in_first(ship, 
     triton_like = type("TritonLike", (Preparing,), {"__module__": "tunekit.ops.fake.triton_candidates"})
     choice = triton_like(op.candidate("medium").inner, op.candidate("medium").prepare)
     op._by_name["medium"] = choice
-    op._by_name["fast"] = Preparing(op.candidate("fast"), lambda p: order.append("stand-in"))
+    stand_in_ready = threading.Event()
+    op._by_name["fast"] = Preparing(op.candidate("fast"), lambda p: (stand_in_ready.wait(30), order.append("stand-in")))
     assert shipped.uses_triton(choice) and not shipped.uses_triton(op.candidate("fast"))
     monkeypatch.setattr(shipped, "_triton_prepared", False)
     try:
         with tuning(max_tuning_ms=20_000):
+            t0 = time.perf_counter()
             op(ScaleParams(x))
-            assert dict(op.runs) == {"fast": 1} and op.in_effect(ScaleParams(x))[0].name == "fast"
+            assert time.perf_counter() - t0 < 1.0 and dict(op.runs) == {"ref": 1}  # no wait, not the 20 s budget
+            stand_in_ready.set()
+            deadline = time.monotonic() + 10
+            while op.in_effect(ScaleParams(x))[0].name != "fast" and time.monotonic() < deadline:
+                time.sleep(0.001)
+            op(ScaleParams(x))
+            assert dict(op.runs) == {"ref": 1, "fast": 1}
             release.set()
             assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
         deadline = time.monotonic() + 10  # noted by a callback, after the choice's waiters wake
@@ -259,6 +268,7 @@ def test_the_first_triton_choice_of_a_process_prepares_its_stand_in_first(ship, 
             time.sleep(0.001)
         assert order == ["stand-in", "choice"] and shipped._triton_prepared
     finally:
+        stand_in_ready.set()
         release.set()
 
 

@@ -208,12 +208,16 @@ class Preparation:
     fastest other candidate the entry timed, :func:`stand_in`), else the default. The stand-in is
     prepared when the choice is not ready within :data:`STAND_IN_AFTER_MS`, and before the choice
     when the choice is the process's first Triton kernel: Triton's start would otherwise hold the
-    interpreter while the stand-in loads (a stand-in ready after 0.19 s instead of milliseconds, H100)."""
+    interpreter while the stand-in loads (a stand-in ready after 0.19 s instead of milliseconds, H100).
+    Such a choice takes 0.6-1.6 s to prepare (Triton's import, its key, gcc builds): the first call
+    then waits for nothing, the default running it (waiting for the stand-in's preparation, which
+    imports cuda-bindings, made it 80-140 ms, H100)."""
 
     def __init__(self, resolution, params, pick_stand_in):
         self.resolution, self.params, self._pick = resolution, params, pick_stand_in
         self.stand_in, self._stand_in_future = None, None
-        if uses_triton(resolution.candidate) and not _triton_prepared:
+        self._slow = uses_triton(resolution.candidate) and not _triton_prepared
+        if self._slow:
             self._start_stand_in()
         if self._stand_in_future is None:
             self.future = start_preparing(resolution.candidate, params)
@@ -245,6 +249,8 @@ class Preparation:
     def wait(self, wait_ms: float) -> tuple[str | None, object | None]:
         """(None, None) once the choice is ready, else (why not, the candidate to run meanwhile or
         None for the default), waiting at most ``wait_ms`` for the choice or a ready stand-in."""
+        if self._slow and wait_ms != float("inf"):
+            wait_ms = 0.0  # a second or more: no call waits (see the class)
         if wait_ms == float("inf") or wait_ms <= STAND_IN_AFTER_MS:
             return preparation_problem(self.future, wait_ms), self.meanwhile()
         if self._stand_in_future is None:
