@@ -29,6 +29,17 @@ CASES = {
 }
 
 
+def _decide(op, params, choice: str) -> None:
+    """Store ``choice`` as the decision for ``params``' signature (the tests' CPU has Triton's
+    interpreter, whose candidates compete with torch's kernel when tuning)."""
+    from tunekit.tunable import results_store, validators
+    from tunekit.tunable.entries import CandidateRecord, Entry
+    results_store().put(Entry(op=op.name, signature=params.signature(), device=validators.device_name(params.device),
+                              choice=choice, complete=True, validators=validators.validators_for(params.device,
+                                                                                                 op.candidates),
+                              candidates={choice: CandidateRecord("chosen", 0.01)}, tuned_at=0.0, tuning_ms=1.0))
+
+
 def _warm(fn, shape=(37, 65), dtype=torch.float32):
     """Call twice on a tensor of this signature: the first tunes, the second has a runner cached."""
     for _ in range(2):
@@ -215,8 +226,11 @@ def test_with_torchs_kernel_decided_a_differentiable_call_is_torchs_own_call(cas
     named differentiable: the fast call gives its result and node directly (F.silu's host cost; the C++
     autograd call's Python forward callback and hand-built node cost 1-4 us more on the CPU host)."""
     ours, theirs, name = CASES[case]
-    _warm(ours)
     module = silu_module if case == "silu" else gelu_module
+    op = module.silu_op if case == "silu" else module.gelu_op
+    extra = () if case == "silu" else ("tanh" if case == "gelu_tanh" else "none",)
+    _decide(op, op.make_params(torch.randn(37, 65), *extra), op.default.name)  # Triton's interpreter competes here
+    _warm(ours)
     grad_call = module._silu_grad_call if case == "silu" else module._gelu_grad_call
 
     def not_expected(*args):
@@ -321,18 +335,13 @@ def test_with_a_cuda_c_choice_the_fast_call_takes_the_differentiable_call(case, 
     """On the GPU with a CUDA C kernel decided, x requiring grad goes through the C++ fast call (the
     Launcher and torch's node), not the op's GradCall; values and gradients are torch's."""
     from tunekit.backends import fast_call
-    from tunekit.tunable import results_store, validators
-    from tunekit.tunable.entries import CandidateRecord, Entry
     if fast_call.load() is None or not torch.cuda.is_available():
         pytest.skip("needs the fast-call extension and a GPU")
     ours, theirs, name = CASES[case]
     op = silu_module.silu_op if case == "silu" else gelu_module.gelu_op
     choice = "silu_f32" if case == "silu" else "gelu_tanh_f32"
     x0 = torch.randn(4096 + 7, device="cuda")
-    params = op.make_params(x0) if case == "silu" else op.make_params(x0, approximate="tanh")
-    results_store().put(Entry(op=op.name, signature=params.signature(), device=validators.device_name(x0.device),
-                              choice=choice, complete=True, validators=validators.validators_for(x0.device, op.candidates),
-                              candidates={choice: CandidateRecord("chosen", 0.01)}, tuned_at=0.0, tuning_ms=1.0))
+    _decide(op, op.make_params(x0) if case == "silu" else op.make_params(x0, approximate="tanh"), choice)
     ours(x0)  # the runner cached
     _warm(ours, shape=(4096 + 7,), dtype=torch.float32)  # the extension installed (CPU tensors)
     fast_grad.when_loaded.settle()
