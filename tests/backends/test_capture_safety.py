@@ -110,6 +110,7 @@ def test_a_worker_allocates_in_a_preparation_while_the_user_captures():
         with triton_backend.warming(torch.device("cuda", 0)):
             return torch.empty(size, dtype=torch.uint8, device="cuda").numel()
 
+    torch.cuda.empty_cache()  # no cached block of that size from earlier tests
     x, y, allocated = captured(lambda: preparer().submit(prepare).result(timeout=60))
     torch.testing.assert_close(y, x * 2 + 1)
     assert allocated == size

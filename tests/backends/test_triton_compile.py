@@ -178,3 +178,17 @@ def test_a_warm_up_waits_for_the_key_before_its_lookup(monkeypatch):
     with triton_backend.warming():
         triton_backend.launch(Kernel(), (1,), 3)
     assert order == ["elsewhere", "key", "warmup"]
+
+
+def test_a_forked_child_waits_for_no_hash_it_does_not_run(monkeypatch):
+    """A child forked while the parent hashed has no hashing thread: its lookups must not wait 30 s."""
+    import threading
+    import time
+    triton_compile = _fresh_key_state(monkeypatch, lambda: None)  # a hash that never signals
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    triton_compile.hash_triton_key()
+    triton_compile._forked_child()  # what os.register_at_fork runs in the child
+    t0 = time.perf_counter()
+    triton_compile.wait_for_key(timeout=5)
+    assert time.perf_counter() - t0 < 1 and isinstance(triton_compile._key_done, threading.Event)
+

@@ -40,11 +40,34 @@ CASES = {
 }
 
 
+DY = torch.randn(8, 16)
+DY_ROWS = torch.randn(8)
+
+
+def _silu_gradient(dy, x):  # torch's own double-backward formula (aten.silu_backward has no forward AD)
+    s = torch.sigmoid(x)
+    return dy * s * (1 + x * (1 - s))
+
+
+#: the public gradient functions, as functions of x (dy fixed; logsumexp's lse computed from x)
+BACKWARD = {
+    "silu_backward": ("silu_backward", lambda x: tunekit.silu_backward(DY.to(x.device), x),
+                      lambda x: _silu_gradient(DY.to(x.device), x), (8, 16)),
+    "gelu_backward": ("gelu_backward", lambda x: tunekit.gelu_backward(DY.to(x.device), x),
+                      lambda x: torch.ops.aten.gelu_backward(DY.to(x.device), x), (8, 16)),
+    "logsumexp_backward": ("logsumexp_backward",
+                           lambda x: tunekit.logsumexp_backward(DY_ROWS.to(x.device), x, torch.logsumexp(x, -1), -1),
+                           lambda x: DY_ROWS.to(x.device)[..., None] * torch.exp(x - torch.logsumexp(x, -1, keepdim=True)),
+                           (8, 16)),
+}
+CASES_AND_GRADIENTS = {**CASES, **BACKWARD}
+
+
 def force_triton(case, monkeypatch, kind="triton"):
     """Tune the case's signature, then store a candidate of ``kind`` (in its name) that supports it as
     its choice; the candidate's runs, counted (a CUDA C choice runs through its cached runner: not
     counted)."""
-    name, ours, _, shape = CASES[case]
+    name, ours, theirs, shape = CASES_AND_GRADIENTS[case]
     op = get_op(name)
     seen = []
     resolve = op.resolve
@@ -62,7 +85,7 @@ def force_triton(case, monkeypatch, kind="triton"):
     run = choice.run
     monkeypatch.setattr(choice, "run", lambda *a, **k: runs.append(1) or run(*a, **k))
     x = torch.randn(shape, device=DEVICE)
-    torch.testing.assert_close(ours(x), CASES[case][2](x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
     assert runs or kind != "triton", f"premise: the plain call runs the forced {choice.name}"
     return runs
 
@@ -100,14 +123,33 @@ def test_torch_func_transforms_give_torchs_results(case, transform, monkeypatch)
         close(torch.func.grad(lambda z: ours(z).sum())(x), torch.func.grad(lambda z: theirs(z).sum())(x))
 
 
+@pytest.mark.parametrize("case", list(BACKWARD))
+@pytest.mark.parametrize("transform", ["dual", "vmap"])
+def test_the_gradient_functions_under_forward_ad_and_vmap_give_torchs_results(case, transform, monkeypatch):
+    force_triton(case, monkeypatch)
+    _, ours, theirs, shape = BACKWARD[case]
+    x, t = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
+    if transform == "vmap":
+        batch = torch.randn(3, *shape, device=DEVICE)
+        close(torch.func.vmap(ours)(batch), torch.func.vmap(theirs)(batch))
+        return
+    with fwAD.dual_level():
+        got, want = (fwAD.unpack_dual(f(fwAD.make_dual(x, t))) for f in (ours, theirs))
+    assert got.tangent is not None, "the tangent was dropped"
+    close(got.primal, want.primal)
+    close(got.tangent, want.tangent)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["silu", "gelu_tanh"])
 def test_with_a_cuda_c_choice_every_transform_gives_torchs_results(case, monkeypatch):
     """A CUDA C choice has a runner the C++ fast call runs: it must refuse a dual tensor and a
     transform's wrapped tensors too."""
     force_triton(case, monkeypatch, kind="_f32")
-    _, ours, theirs, shape = CASES[case]
+    name, ours, theirs, shape = CASES[case]
     x, t = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
+    op = get_op(name)
+    assert (op.fast_call(x) if case == "silu" else op.fast_call(x, "tanh")) is not None, "premise: the runner is cached"
     with fwAD.dual_level():
         got, want = (fwAD.unpack_dual(f(fwAD.make_dual(x, t))) for f in (ours, theirs))
     assert got.tangent is not None, "the tangent was dropped"

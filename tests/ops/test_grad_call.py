@@ -320,6 +320,41 @@ def test_a_fast_call_without_a_recorder_or_where_one_cannot_record_leaves_the_ca
         module.gelu_call(runner, torch.randn(3, requires_grad=True))
 
 
+def test_a_fast_call_with_a_recorder_leaves_inference_mode_unrecorded_errors_cleared_and_nothing_leaked():
+    """Under inference mode (grad mode on or not) torch records no history: neither does the recorder.
+    A runner whose membership test raises leaves the call to the general path with no error pending;
+    a transform's wrapped tensor (no data pointer) is refused without leaking a reference."""
+    import sys
+    module = fast_grad.load()
+    x = torch.randn(40, requires_grad=True)
+    runner = KernelRunner(F.silu)
+    fc = _fast_call_with(runner, x, recorder=[module.silu_call])
+    with torch.inference_mode(), torch.enable_grad():
+        y = fc(x)
+        want = F.silu(x)
+    assert y.grad_fn is None and not y.requires_grad and want.grad_fn is None and torch.equal(y, want)
+
+    class Unhashable:
+        __hash__ = None
+
+        def __call__(self, t):
+            return F.silu(t.detach())
+    assert _fast_call_with(Unhashable(), x, recorder=[module.silu_call])(x) is None
+    from tunekit.tunable import context
+    table = {}
+    runners = {context.current().cache_id: table}
+    fc = fast_call_module().FastCall(runners, context._current, context, torch.Tensor, frozenset(),
+                                     recorder=[module.silu_call])
+    before, answers = sys.getrefcount(table), []
+    torch.func.vmap(lambda t: answers.append(fc(t)) or t)(torch.randn(3, 40))
+    assert answers == [None] and sys.getrefcount(table) == before
+
+
+def fast_call_module():
+    from tunekit.backends import fast_call
+    return fast_call.load()
+
+
 def test_installing_the_extension_fills_the_recorder_slots_the_ops_fast_calls_read():
     from tunekit.ops._shared.grad_call import recorder_slot
     _warm(tunekit.silu)
@@ -350,8 +385,13 @@ def test_with_a_cuda_c_choice_the_fast_call_takes_the_differentiable_call(case, 
     def not_expected(*args):
         raise AssertionError("the GradCall was taken: the fast call left the differentiable call")
     monkeypatch.setattr(grad_call, "call", not_expected)
+    from tunekit.ops._shared.grad_call import recorder_slot
+    slot, recorded = recorder_slot("silu" if case == "silu" else "gelu"), []
+    recorder = slot[0]
+    monkeypatch.setitem(slot, 0, lambda *args: recorded.append(type(args[0]).__name__) or recorder(*args))
     x = torch.randn(4096 + 7, device="cuda", requires_grad=True)
     y = ours(x)
+    assert recorded == ["Launcher"]  # the CUDA C choice's runner, through the recorder
     assert y.grad_fn.name() == name
     dy = torch.randn_like(y)
     y.backward(dy)

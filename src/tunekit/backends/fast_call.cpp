@@ -140,26 +140,27 @@ PyObject* fastcall_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
   if (reinterpret_cast<PyObject*>(Py_TYPE(x)) != self->tensor_type) Py_RETURN_NONE;
   PyObject* runner = nullptr;
   PyObject* recorder = nullptr;
-  try {
-    PyObject* table = current_runners(self);
-    if (table != nullptr) {
+  PyObject* table = current_runners(self);
+  if (table != nullptr) {
+    try {
       bool grad = false;
       PyObject* key = cache_key(x, nargs == 2 ? args[1] : nullptr, &grad);
       if (key != nullptr) {
         runner = PyDict_GetItemWithError(table, key);
         Py_XINCREF(runner);  // before PySet_Contains, which may run Python code
-        if (runner != nullptr && grad && PySet_Contains(self->differentiable, runner) != 1) {
-          if (self->recorder != nullptr && PyList_GET_SIZE(self->recorder) > 0) recorder = PyList_GET_ITEM(self->recorder, 0);
-          recorder = recorder == Py_None ? nullptr : Py_XNewRef(recorder);
-          if (recorder == nullptr) Py_CLEAR(runner);
-        }
         Py_DECREF(key);
       }
-      Py_DECREF(table);
+      if (runner != nullptr && grad) {
+        const int named = PySet_Contains(self->differentiable, runner);  // -1: an error, cleared below
+        if (named == 0 && self->recorder != nullptr && PyList_GET_SIZE(self->recorder) > 0)
+          recorder = PyList_GET_ITEM(self->recorder, 0) == Py_None ? nullptr : Py_NewRef(PyList_GET_ITEM(self->recorder, 0));
+        if (named != 1 && recorder == nullptr) Py_CLEAR(runner);
+      }
+    } catch (...) {  // a tensor torch cannot describe here (a transform's wrapper): the general path meets it
+      Py_CLEAR(runner);
+      Py_CLEAR(recorder);
     }
-  } catch (...) {  // a tensor torch cannot describe here: the general path meets it again
-    Py_CLEAR(runner);
-    Py_CLEAR(recorder);
+    Py_DECREF(table);
   }
   if (runner == nullptr) {
     PyErr_Clear();  // whatever failed, the general path meets it again

@@ -38,6 +38,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -130,7 +131,8 @@ PyObject* with_node(int kind, PyObject* forward, PyObject* const* args, Py_ssize
   }
   HANDLE_TH_ERRORS
   const at::Tensor& x = THPVariable_Unpack(args[0]);
-  const bool grad_mode = c10::GradMode::is_enabled();
+  // inference mode records no history, whatever grad mode says (torch's own ops give no grad_fn there)
+  const bool grad_mode = c10::GradMode::is_enabled() && !c10::InferenceMode::is_enabled();
   if (!detach && !grad_mode) return PyObject_Vectorcall(forward, args, 1, nullptr);  // a runner takes x alone
   if (!grad_mode || !x.requires_grad() || x._fw_grad(0).defined()) Py_RETURN_NONE;
   PyObject* y;

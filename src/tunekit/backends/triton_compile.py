@@ -64,7 +64,20 @@ def hash_triton_key() -> None:
         if _key_started or os.environ.get("TRITON_INTERPRET") == "1":
             return
         _key_started = True
-    threading.Thread(target=_hash_key, name="tunekit-triton-key", daemon=True).start()
+    try:
+        threading.Thread(target=_hash_key, name="tunekit-triton-key", daemon=True).start()
+    except RuntimeError:  # no thread to be had (interpreter shutdown): lookups hash for themselves
+        _key_done.set()
+
+
+def _forked_child() -> None:
+    """A child forked while the hash ran has no such thread: nothing to wait for there."""
+    global _key_started, _key_done
+    _key_started, _key_done = False, threading.Event()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 
 def _hash_key() -> None:

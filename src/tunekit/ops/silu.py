@@ -32,6 +32,7 @@ from ._shared import routing
 from ._shared.arguments import (TORCH, check_float_tensor, check_gradient_pair, computes, elementwise_destination,
                                 elementwise_target, traced_computes)
 from ._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
+from ._shared.routing import transformed
 from ._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
 from ._shared.family import OpFamily, PatchTarget
 from ._shared.grad_call import GradCall
@@ -186,8 +187,9 @@ def silu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if _is_compiling():  # torch.compile: the custom op, no graph break
         return compiled_silu_backward(dy, x)
     params = make_backward_params(dy, x)
-    if _grad_enabled() and (dy.requires_grad or x.requires_grad):
+    if transformed() or (_grad_enabled() and (dy.requires_grad or x.requires_grad)):
         # aten.silu_backward has no derivative; autograd's own double backward uses this composite
+        # (so do forward-mode AD and torch.func transforms: tunekit's kernels compute values only)
         s = torch.sigmoid(x)
         return dy * s * (1 + x * (1 - s))
     return _silu_backward_call(params)

@@ -12,6 +12,7 @@ from .._shared.arguments import (APPROXIMATIONS, TORCH, check_approximate, check
 from .._shared.custom_ops import compute_dtype, like_x, save_inputs, tunekit_ops
 from .._shared.elementwise import GradParams, UnaryParams, cuda_candidates, elementwise_op, triton_candidates
 from .._shared.grad_call import GradCall
+from .._shared.routing import transformed
 from ...tunable.context import captured, inherited
 from ...tunable.numerics import tolerance
 from ...tunable.params import with_arguments
@@ -221,7 +222,7 @@ def gelu_backward(dy: torch.Tensor, x: torch.Tensor, approximate: str = "none") 
     if _is_compiling():  # torch.compile: the custom op, no graph break
         return compiled_gelu_backward(dy, x, approximate)
     params = make_backward_params(dy, x, approximate)
-    if _grad_enabled() and (dy.requires_grad or x.requires_grad):
+    if transformed() or (_grad_enabled() and (dy.requires_grad or x.requires_grad)):  # torch's op
         return torch_gelu_backward(params)
     return _gelu_backward_call(params)
 

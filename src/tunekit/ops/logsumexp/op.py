@@ -17,6 +17,7 @@ from .._shared import routing
 from .._shared.arguments import check_float_tensor, computes, traced_computes, writable_out
 from .._shared.custom_ops import compute_dtype, contiguous, save_inputs, tunekit_ops
 from .._shared.grad_call import GradCall
+from .._shared.routing import transformed
 from ...tunable.context import captured, inherited
 from ...tunable.registry import register
 from ...tunable.tunable_op import TunableOp
@@ -186,8 +187,8 @@ def logsumexp_backward(dy, x, lse, dim, keepdim: bool = False) -> torch.Tensor:
         return compiled_logsumexp_backward(dy, x, lse, dim, keepdim)
     dims = normalize_dims(dim, x.dim())
     p = LogsumexpBackwardParams(dy, x, lse, dims, bool(keepdim))
-    if torch.is_grad_enabled() and (dy.requires_grad or x.requires_grad or lse.requires_grad):
-        return torch_logsumexp_backward(p)
+    if transformed() or (torch.is_grad_enabled() and (dy.requires_grad or x.requires_grad or lse.requires_grad)):
+        return torch_logsumexp_backward(p)  # torch ops (also under forward-mode AD and torch.func transforms)
     return _logsumexp_backward_call(p)
 
 
