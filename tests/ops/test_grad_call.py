@@ -388,9 +388,12 @@ def test_with_a_cuda_c_choice_the_fast_call_takes_the_differentiable_call(case, 
     from tunekit.ops._shared.grad_call import recorder_slot
     slot, recorded = recorder_slot("silu" if case == "silu" else "gelu"), []
     recorder = slot[0]
-    monkeypatch.setitem(slot, 0, lambda *args: recorded.append(type(args[0]).__name__) or recorder(*args))
-    x = torch.randn(4096 + 7, device="cuda", requires_grad=True)
-    y = ours(x)
+    slot[0] = lambda *args: recorded.append(type(args[0]).__name__) or recorder(*args)
+    try:
+        x = torch.randn(4096 + 7, device="cuda", requires_grad=True)
+        y = ours(x)
+    finally:
+        slot[0] = recorder
     assert recorded == ["Launcher"]  # the CUDA C choice's runner, through the recorder
     assert y.grad_fn.name() == name
     dy = torch.randn_like(y)
