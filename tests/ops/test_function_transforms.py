@@ -94,17 +94,25 @@ def close(a, b):
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def check_dual(ours, theirs, x, t):
+    """A dual tensor's primal and tangent through ``ours`` are torch's."""
+    with fwAD.dual_level():
+        got, want = (fwAD.unpack_dual(f(fwAD.make_dual(x, t))) for f in (ours, theirs))
+    assert got.tangent is not None, "the tangent was dropped"
+    close(got.primal, want.primal)
+    close(got.tangent, want.tangent)
+
+
+def check_vmap(ours, theirs, shape):
+    batch = torch.randn(3, *shape, device=DEVICE)
+    close(torch.func.vmap(ours)(batch), torch.func.vmap(theirs)(batch))
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_dual_tensors_tangent_is_torchs(case, monkeypatch):
     force_triton(case, monkeypatch)
     _, ours, theirs, shape = CASES[case]
-    x, t = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
-    with fwAD.dual_level():
-        got = fwAD.unpack_dual(ours(fwAD.make_dual(x, t)))
-        want = fwAD.unpack_dual(theirs(fwAD.make_dual(x, t)))
-    assert got.tangent is not None, "the tangent was dropped"
-    close(got.primal, want.primal)
-    close(got.tangent, want.tangent)
+    check_dual(ours, theirs, torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE))
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -114,8 +122,7 @@ def test_torch_func_transforms_give_torchs_results(case, transform, monkeypatch)
     _, ours, theirs, shape = CASES[case]
     x, t = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
     if transform == "vmap":
-        batch = torch.randn(3, *shape, device=DEVICE)
-        close(torch.func.vmap(ours)(batch), torch.func.vmap(theirs)(batch))
+        check_vmap(ours, theirs, shape)
     elif transform == "jvp":
         for got, want in zip(torch.func.jvp(ours, (x,), (t,)), torch.func.jvp(theirs, (x,), (t,))):
             close(got, want)
@@ -128,16 +135,10 @@ def test_torch_func_transforms_give_torchs_results(case, transform, monkeypatch)
 def test_the_gradient_functions_under_forward_ad_and_vmap_give_torchs_results(case, transform, monkeypatch):
     force_triton(case, monkeypatch)
     _, ours, theirs, shape = BACKWARD[case]
-    x, t = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
     if transform == "vmap":
-        batch = torch.randn(3, *shape, device=DEVICE)
-        close(torch.func.vmap(ours)(batch), torch.func.vmap(theirs)(batch))
-        return
-    with fwAD.dual_level():
-        got, want = (fwAD.unpack_dual(f(fwAD.make_dual(x, t))) for f in (ours, theirs))
-    assert got.tangent is not None, "the tangent was dropped"
-    close(got.primal, want.primal)
-    close(got.tangent, want.tangent)
+        check_vmap(ours, theirs, shape)
+    else:
+        check_dual(ours, theirs, torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE))
 
 
 @pytest.mark.gpu
@@ -150,12 +151,8 @@ def test_with_a_cuda_c_choice_every_transform_gives_torchs_results(case, monkeyp
     x, t = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
     op = get_op(name)
     assert (op.fast_call(x) if case == "silu" else op.fast_call(x, "tanh")) is not None, "premise: the runner is cached"
-    with fwAD.dual_level():
-        got, want = (fwAD.unpack_dual(f(fwAD.make_dual(x, t))) for f in (ours, theirs))
-    assert got.tangent is not None, "the tangent was dropped"
-    close(got.tangent, want.tangent)
-    batch = torch.randn(3, *shape, device=DEVICE)
-    close(torch.func.vmap(ours)(batch), torch.func.vmap(theirs)(batch))
+    check_dual(ours, theirs, x, t)
+    check_vmap(ours, theirs, shape)
     close(torch.func.jvp(ours, (x,), (t,))[1], torch.func.jvp(theirs, (x,), (t,))[1])
     close(torch.func.grad(lambda z: ours(z).sum())(x), torch.func.grad(lambda z: theirs(z).sum())(x))
 
