@@ -10,10 +10,12 @@ Launches pay nothing for this on the common path: the C and C++ launchers call :
 only after the driver refused a launch, and retry once when it bound a context (no context was
 current). Module loads (a worker thread may compile and load kernels) call :func:`bind` first.
 
-Module loads and a preparation's allocations also run inside :func:`capture_relaxed`: while any
-thread captures a CUDA graph in the default (global) mode, such a call from another thread, or from
-the capturing thread itself, is refused and invalidates the capture, and tunekit's worker threads
-compile and load kernels whenever a tuning session asks, a user's capture running or not.
+Module loads and a preparation's allocations also run inside :func:`capture_relaxed`: tunekit's
+worker threads compile, load and allocate whenever a tuning session asks, a user's capture running
+or not, and while any thread captures a CUDA graph in the default (global) mode the driver may refuse
+such calls and invalidate the capture. On the H100 an allocation from a worker did
+(``benchmarks/experiments/capture_module_load.py``); module loads did not, but the API names them
+among the calls a capture may forbid, so they are guarded too.
 """
 
 from __future__ import annotations

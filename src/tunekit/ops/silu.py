@@ -86,7 +86,8 @@ def make_example(shape, dtype=torch.float32, device="cpu") -> SiluParams:
     return SiluParams(torch.randn(shape, dtype=dtype, device=device) * 3)
 
 
-silu_op = register(elementwise_op("silu", SiluParams, grad_kind="silu", make_params=make_params, make_example=make_example))
+silu_op = register(elementwise_op("silu", SiluParams, grad_kind="silu", make_params=make_params,
+                                  make_example=make_example))
 silu_op.add(torch_silu, default=True, fast_runner=lambda p: _silu)  # run(p) is _silu(p.x) when out is None
 silu_op.differentiable_runners = frozenset({_silu})  # torch's function: F.silu's result and node, at its host cost
 silu_op.add(torch_x_sigmoid)

@@ -48,7 +48,9 @@ def python_fast_call(runners: dict, differentiable: frozenset = frozenset()) -> 
     tensor = torch.Tensor
 
     def fast_call(x, *extra):
-        if type(x) is not tensor or not x.is_contiguous() or _forward_ad._current_level >= 0 or _functorch() is not None:
+        if type(x) is not tensor or not x.is_contiguous():
+            return None
+        if _forward_ad._current_level >= 0 or _functorch() is not None:  # tangents, transforms: torch's
             return None
         s = get_settings() or context._defaults
         if not s.enabled:

@@ -19,7 +19,8 @@ import torch
 from .routing import TUNEKIT_DTYPES, transformed
 from ...tunable.params import overlaps
 
-__all__ = ["TORCH", "computes", "transformed", "traced_computes", "elementwise_target", "elementwise_destination", "writable_out",
+__all__ = ["TORCH", "computes", "transformed", "traced_computes", "elementwise_target", "elementwise_destination",
+           "writable_out",
            "check_float_tensor", "check_gradient_pair", "check_approximate", "APPROXIMATIONS"]
 
 #: :func:`elementwise_target`'s answer for a form only torch's own function runs

@@ -108,8 +108,8 @@ def make_example(shape, dtype=torch.float32, device="cpu", approximate: str = "n
     return GeluParams(torch.randn(shape, dtype=dtype, device=device) * 3, approximate)
 
 
-gelu_op = register(elementwise_op("gelu", GeluParams, grad_kind="gelu", make_params=make_params, make_example=make_example,
-                                  tolerance=gelu_tolerance))
+gelu_op = register(elementwise_op("gelu", GeluParams, grad_kind="gelu", make_params=make_params,
+                                  make_example=make_example, tolerance=gelu_tolerance))
 gelu_op.add(torch_gelu, default=True, fast_runner=lambda p: _torch_gelu_runner(p.approximate))
 gelu_op.differentiable_runners = frozenset({_gelu, _gelu_tanh})  # F.gelu's result and node, at its host cost
 for _c in (cuda_candidates("gelu.cu", "gelu", when={"approximate": "none"})
