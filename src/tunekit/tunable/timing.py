@@ -8,8 +8,8 @@
   (:class:`CudaEventTimer`, ``queued=False``) measure the host's launch rate whenever a kernel takes
   less device time than its launch takes host time (small elementwise kernels: a few us on the
   device, more than that to launch), and then rank candidates by launch cost, not device time.
-- CUDA, ``graph=True``: events around the replay of a CUDA graph of the runs (:class:`CudaGraphTimer`):
-  also device time only, at the price of one capture per candidate.
+- CUDA, ``graph=True``: the replay of a CUDA graph of the runs, queued behind a spin like an eager
+  launch (:class:`CudaGraphTimer`): also device time only, at the price of one capture per candidate.
 
 A ``Timer`` measures ``fn`` repeated ``reps`` times and returns milliseconds per repetition.
 Rotation over several input sets (cold L2) is the caller's ``fn``: see ``find_fastest``.
@@ -298,14 +298,29 @@ class CudaQueuedTimer(Timer):
 
 
 class CudaGraphTimer(CudaQueuedTimer):
-    """Captures ``fn`` x ``reps`` once into a CUDA graph, then times its replays with events.
+    """Captures ``fn`` x ``reps`` once into a CUDA graph, then times its replays behind a spin.
     ``measure`` (tuning's one-shot probes) is the queued timer's: device time without a capture.
     Back-to-back eager launches run about a microsecond apart where a graph's kernels run about a
     tenth of that apart, so for kernels of a few microseconds queued times include a sizeable gap
     that graph times leave out, and a graph replay costs less wall time per timed run
-    (``benchmarks/results/tuning_timer_check-*``)."""
+    (``benchmarks/results/tuning_timer_check-*``).
+
+    A replay is queued like an eager launch (the spin covers the host's ``cudaGraphLaunch``): with
+    plain events the start event ran on an idle GPU before the graph reached it, so each replay
+    carried the launch's host latency: on an H100, one replay of a 0.181 ms kernel read 0.185-0.211
+    ms and the same kernel, timed as two candidates, 1.065x apart (``same_kernel_order_probe-*``)."""
 
     def prepare(self, fn, reps):
+        graph = self._capture(fn, reps)
+        sizer = self.new_sizer()
+
+        def measure_replay():
+            return self._measure(graph.replay, 1, sizer) / reps
+
+        measure_replay.graph = graph  # keep it (and its memory pool) alive as long as the closure
+        return measure_replay
+
+    def _capture(self, fn, reps):
         graph = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -317,19 +332,7 @@ class CudaGraphTimer(CudaQueuedTimer):
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             for _ in range(reps):
                 fn()
-
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-        def measure_replay():
-            stream = torch.cuda.current_stream(self.device)
-            start.record(stream)
-            graph.replay()
-            end.record(stream)
-            end.synchronize()
-            return start.elapsed_time(end) / reps
-
-        measure_replay.graph = graph  # keep it (and its memory pool) alive as long as the closure
-        return measure_replay
+        return graph
 
 
 def make_timer(device: torch.device, *, graph: bool = False, queued: bool = True,
