@@ -3,6 +3,7 @@
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
 META = {"device": "NVIDIA H200 + NVIDIA H200", "date": "2026-01-01 00:00:00", "count": 40, "budget_ms": 50.0,
-        "torch": "x", "command": "python benchmarks/suites/multi_gpu_tune.py", "smoke": False}
+        "torch": "x", "command": "python benchmarks/suites/multi_gpu_tune.py", "smoke": False, "workload": "ops"}
 
 
 def row(run, call_s, present=40, untuned=0):
@@ -34,13 +35,15 @@ def test_the_gpu_workload_has_40_distinct_interleaved_signatures():
 
 
 def test_verdict_and_report():
-    assert bench.verdict(10.0, 5.9, smoke=False, complete=True) == (pytest.approx(0.59), "PASS")
-    assert bench.verdict(10.0, 6.1, smoke=False, complete=True)[1] == "FAIL"
-    assert bench.verdict(10.0, 1.0, smoke=False, complete=False)[1] == "FAIL (entries missing)"
-    assert bench.verdict(10.0, 20.0, smoke=True, complete=True)[1].startswith("n/a")
+    assert bench.verdict(10.0, 5.9, smoke=False, complete=True, target=0.6) == (pytest.approx(0.59), "PASS")
+    assert bench.verdict(10.0, 6.1, smoke=False, complete=True, target=0.6)[1] == "FAIL"
+    assert bench.verdict(10.0, 1.0, smoke=False, complete=False, target=0.6)[1] == "FAIL (entries missing)"
+    assert bench.verdict(10.0, 20.0, smoke=True, complete=True, target=0.6)[1].startswith("n/a")
     text = bench.render(META, [row("one GPU", 10.0), row("all GPUs", 5.5)])
     assert "| one GPU | cuda:0 NVIDIA H200 | 1 | 10.00 | 13.00 | 40 | 0 | 0 | 40/40 |" in text
     assert "in call: **0.55x** (target <= 0.6x): **PASS**" in text
+    gemm = bench.render({**META, "workload": "llama-gemm"}, [row("one GPU", 10.0), row("all GPUs", 5.7)])
+    assert "(llama-gemm)" in gemm and "in call: **0.57x** (target <= 0.55x): **FAIL**" in gemm
     missing = bench.render(META, [row("one GPU", 10.0), row("all GPUs", 5.5, present=39, untuned=1)])
     assert "39/40 (1 left untuned)" in missing and "**FAIL (entries missing)**" in missing
 
@@ -56,3 +59,15 @@ def test_smoke_run_tunes_every_recorded_signature_in_both_configurations(tmp_pat
     for run in ("single", "parallel"):
         (result,) = data["runs"][run]
         assert result["present"] == 6 and result["untuned"] == 0 and result["summary"]["failed"] == []
+
+
+def test_the_model_workload_records_the_llama_steps_gemm_signatures(tmp_path):
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(PATH.parent))
+    import model_gemm_workload
+
+    keys = model_gemm_workload.record(str(tmp_path / "r.sqlite"), torch.device("cpu"), smoke=True)
+    # 2 layers of q/k/v/o, gate/up/down and the LM head: forward products, input and weight gradients
+    assert len(keys) == len(set(keys)) >= 10
+    assert {op for op, _, _ in keys} <= set(model_gemm_workload.GEMM_OPS)
+    assert any("N=128 K=64" in signature for _, signature, _ in keys)  # the LM head (vocab 128)
