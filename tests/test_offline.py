@@ -131,6 +131,25 @@ def test_warm_up_keeps_first_use_compilation_out_of_the_offline_budget(monkeypat
     assert entry.candidates["jit"].time_ms == pytest.approx(0.5)
 
 
+def test_a_retry_doubles_the_budget_until_the_entry_completes(monkeypatch):
+    """Checks, probes and rounds of 2-4 ms candidates take 36 ms: a 20 ms budget leaves the first
+    attempt incomplete, the retry's 40 ms completes it (offline, nobody waits for the call)."""
+    budgets = []
+    monkeypatch.setattr(tune_one, "find_fastest", lambda op, p, s, **k: budgets.append(s.max_tuning_ms)
+                        or find_fastest(op, p, s, **k))
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 4.0, "fast": 2.0, "mid": 3.0})
+    op.clock = clock
+    with tuning(max_tuning_ms=20.0) as s:
+        entry = offline.tune_params(op, ScaleParams(torch.randn(64)), s)
+    assert budgets == [20.0, 40.0] and s.max_tuning_ms == 20.0  # the caller's settings untouched
+    assert entry.complete and entry.choice == "fast" and 20.0 < entry.tuning_ms <= 40.0
+    budgets.clear()
+    with tuning(max_tuning_ms=20.0) as s:
+        entry = offline.tune_params(op, ScaleParams(torch.randn(64)), s, attempts=1)
+    assert budgets == [20.0] and not entry.complete
+
+
 def test_a_candidate_that_fails_in_warm_up_is_still_tried_and_rejected():
     clock = FakeClock()
     op = make_op(clock, {"ref": 1.0, "bad": 0.5, "gone": 0.5}, behaviours={"bad": "raises", "gone": "unsupported"})

@@ -10,9 +10,11 @@ Method:
 1. Record: ``--count`` signatures (silu, gelu erf and tanh, logsumexp and the backward ops; several
    sizes and dtypes, interleaved), or the model step's GEMM signatures, are met on GPU 0 with tuning
    off and ``record_untuned`` on, into a fresh store.
-2. Warm-up (unless ``--no-warmup``): one all-GPU run, then one one-GPU run, each on a copy,
+2. Warm-up (unless ``--no-warmup`` or ``--cold``): one all-GPU run, then one one-GPU run, each on a copy,
    discarded. The on-disk compile caches (NVRTC cubins, Triton kernels and launchers) are then warm
-   for both measured runs alike, so neither pays a first-ever compile the other does not. Two runs:
+   for both measured runs alike, so neither pays a first-ever compile the other does not. ``--cold``
+   instead gives every measured run empty caches of its own: both pay every compile, as the first
+   ``tunekit tune`` on a fresh machine does. Two runs:
    with Triton 3.6 on an H200, the first process to load kernels from Triton's cache built 8
    launchers (1.1 s of C compiler) that the process which had compiled them had not
    (``offline_start.py``); with one warm-up the first measured run paid them.
@@ -115,13 +117,18 @@ def copy_store(source: str, target: str) -> str:
 
 
 def run_child(mode: str, store: str, args) -> dict:
-    """One measured run in a fresh Python process; its report, with the process's wall time."""
+    """One measured run in a fresh Python process; its report, with the process's wall time. With
+    ``--cold`` the run gets compile caches of its own, empty (tunekit's and Triton's, next to its store)."""
     command = [sys.executable, __file__, "--child", mode, "--store", store, "--gpus", args.gpus,
                "--workers", str(args.workers)]
     if args.max_tuning_ms:
         command += ["--max-tuning-ms", str(args.max_tuning_ms)]
+    env = None
+    if args.cold:
+        caches = Path(store).with_suffix(".caches")
+        env = {**os.environ, "TUNEKIT_CACHE": str(caches / "tunekit"), "TRITON_CACHE_DIR": str(caches / "triton")}
     t0 = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=env)
     wall = time.perf_counter() - t0
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
@@ -168,7 +175,7 @@ def verdict(one: float, many: float, smoke: bool, complete: bool, target: float)
 def render(meta: dict, rows: list[dict]) -> str:
     """The Markdown report: a row per configuration, then the ratios and the verdict."""
     out = [f"# Offline tuning: all GPUs against one ({meta['device']})", "",
-           f"{meta['date']}; {meta['count']} recorded signatures ({meta['workload']}); budget {meta['budget_ms']:g} ms per signature; "
+           f"{meta['date']}; {meta['count']} recorded signatures ({meta['workload']}); compile caches {meta.get('caches', 'warm')}; budget {meta['budget_ms']:g} ms per signature; "
            f"torch {meta['torch']}; `{meta['command']}`", "",
            "| run | devices | workers | in call (s) | process (s) | tuned | incomplete | failed | entries present |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -204,7 +211,7 @@ def measure(args) -> int:
         keys = record(recorded, workload(args.count, args.smoke), device)
     if len(keys) != args.count or not keys:
         raise SystemExit(f"recorded {len(keys)} signatures, expected {args.count}")
-    if not args.no_warmup:
+    if not (args.no_warmup or args.cold):
         for i, mode in enumerate(("parallel", "single")):
             run_child(mode, copy_store(recorded, str(work / f"warmup{i}.sqlite")), args)
     runs = {"single": [], "parallel": []}
@@ -237,13 +244,14 @@ def measure(args) -> int:
     meta = {"device": " + ".join(names), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "count": args.count,
             "budget_ms": args.max_tuning_ms or tunekit.settings().max_tuning_ms, "torch": torch.__version__,
             "command": " ".join(["python", "benchmarks/suites/multi_gpu_tune.py"] + (args.argv or [])), "smoke": args.smoke,
-            "workload": args.workload}
+            "workload": args.workload, "caches": "empty per run" if args.cold else "warm"}
     text = render(meta, rows)
     print(text, end="")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         stem = "multi_gpu_tune-" + ("" if args.workload == "ops" else args.workload.replace("-", "_") + "-") + (
+            "cold-" if args.cold else "") + (
             "smoke-cpu" if args.smoke else names[0].replace(" ", "_"))
         (out / f"{stem}.md").write_text(text)
         (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "runs": runs}, indent=2))
@@ -261,6 +269,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tuning-ms", type=float, default=None, help="tuning budget (default: the settings')")
     ap.add_argument("--workers", type=int, default=2, help="CPU worker processes (--smoke)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the discarded run that warms the compile caches")
+    ap.add_argument("--cold", action="store_true",
+                    help="every measured run with empty compile caches of its own (a fresh machine's first "
+                         "`tunekit tune`); no warm-up")
     ap.add_argument("--out", help="also write multi_gpu_tune-<device>.md / .json here")
     ap.add_argument("--work", help="directory for the stores (default: a fresh temporary one)")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny signatures, 2 CPU workers")

@@ -23,11 +23,14 @@ from ..tunable.tunable_op import TUNING_LOCK
 __all__ = ["ATTEMPTS", "default_device", "on_device", "offline_settings", "warm_candidates", "tune_params",
            "entry_problems"]
 
-#: tuning runs per signature until one completes. First-use compilation needs no retry
-#: (:func:`tune_params` warms every candidate outside the budget first); the retry is a safety net,
-#: free when the first attempt completes, for one-off costs warm-up may not cover (a process's first
-#: CUDA-graph capture, allocator growth for the L2-sized input sets) and stalls from other processes
-ATTEMPTS = 2
+#: tuning runs per signature until one completes, each with twice the budget of the one before.
+#: First-use compilation needs no retry (:func:`tune_params` warms every candidate outside the budget
+#: first); a retry covers one-off costs warm-up may not cover (a process's first CUDA-graph capture,
+#: allocator growth for the L2-sized input sets), stalls from other processes, and signatures whose
+#: checks and rounds alone outlast the budget: the LLaMA-style step's LM-head GEMM (4096 x 32000 x
+#: 1024, forty Triton configurations checked against a float32 product) stayed incomplete after two
+#: 200 ms attempts on an H100 (multi_gpu_tune-llama_gemm-*). Free when the first attempt completes.
+ATTEMPTS = 3
 
 
 def default_device() -> torch.device:
@@ -85,15 +88,17 @@ def warm_candidates(op, params: OpParams) -> list[str]:
 
 def tune_params(op, params: OpParams, settings: context.TuningSettings, *, attempts: int = ATTEMPTS) -> Entry:
     """Tune ``params`` as the online path does (never touching them), up to ``attempts`` times until
-    an attempt completes within the budget; the entry (not stored). Every candidate first runs once
-    (:func:`warm_candidates`), outside the budget and ``tuning_ms``: the budget measures tuning, not
-    the first-use compilation a fresh process pays (the online path keeps counting it: there the
-    caller pays it anyway)."""
+    an attempt completes within its budget (the settings' first, doubled on each retry: offline, no
+    caller waits, and an incomplete entry is what ``tunekit tune`` exists to replace); the entry (not
+    stored). Every candidate first runs once (:func:`warm_candidates`), outside the budget and
+    ``tuning_ms``: the budget measures tuning, not the first-use compilation a fresh process pays
+    (the online path keeps counting it: there the caller pays it anyway)."""
     device = params.device
     with TUNING_LOCK, on_device(device):
         warm_candidates(op, params)
-        for _ in range(max(1, attempts)):
-            report = find_fastest(op, params, settings, clock=op.clock)
+        for attempt in range(max(1, attempts)):
+            budget = dataclasses.replace(settings, max_tuning_ms=settings.max_tuning_ms * 2 ** attempt)
+            report = find_fastest(op, params, budget, clock=op.clock)
             if report.complete:
                 break
     return Entry(op=op.name, signature=params.signature(), device=validators.device_name(device),
