@@ -25,6 +25,7 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
@@ -36,7 +37,7 @@ try:
 except ImportError:  # not POSIX: builders in other processes are not excluded (renames stay atomic)
     fcntl = None
 
-__all__ = ["compiler", "build", "load", "verify", "load_or_reason", "once", "when_loaded_by"]
+__all__ = ["compiler", "build", "load", "verify", "load_or_reason", "once", "when_loaded_by", "built_at_first_use"]
 
 _HASH_SUFFIX = ".sha256"
 
@@ -236,3 +237,28 @@ def when_loaded_by(loader, thread_name: str):
 
     when_loaded.settle = settle
     return when_loaded
+
+
+def built_at_first_use(source: str, module: str, *, flags, thread_name: str, variable: str = "TUNEKIT_FAST_CALL"):
+    """What a C++ extension's module offers (``fast_grad``, ``fast_gemm``, ``fast_route``), as a namespace:
+
+    - ``build(directory=None, rebuild=False)``: compile ``source`` (or find it built); its path;
+      RuntimeError when it cannot be built (``flags()``: the compiler flags, asked at build time);
+    - ``_load()``: the :func:`once` loader, ``(module, why not)``; off when ``variable`` says so;
+    - ``load()``: the module, or None when it is off or cannot be built (may build: seconds);
+    - ``loaded()``: the module if it is loaded already, else None (never waits for a build);
+    - ``unavailable()``: None when the extension is in use, else why not;
+    - ``when_loaded(install)``: :func:`when_loaded_by` on a worker thread named ``thread_name``."""
+    def build_it(directory=None, rebuild: bool = False) -> str:
+        return build(source, module, cxx=True, flags=flags(), directory=directory, rebuild=rebuild)
+
+    @once
+    def _load():
+        return load_or_reason(build_it, module, variable)
+
+    def load_it():
+        return _load()[0]
+
+    return SimpleNamespace(build=build_it, _load=_load, load=load_it,
+                           loaded=lambda: load_it() if _load.done() else None,
+                           unavailable=lambda: _load()[1], when_loaded=when_loaded_by(_load, thread_name))

@@ -22,37 +22,12 @@ from .fast_call import _flags
 
 __all__ = ["build", "load", "loaded", "unavailable", "when_loaded", "Installer"]
 
-_MODULE = "tunekit_fast_gemm"
-
-
-def build(directory=None, rebuild: bool = False) -> str:
-    """Compile the extension (or find it built); its path. RuntimeError when it cannot be built."""
-    return extension.build("fast_gemm.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory, rebuild=rebuild)
-
-
-@extension.once
-def _load():
-    return extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_CALL")
-
-
-def load():
-    """The built extension module (``GemmRoute``), or None (see :func:`unavailable`). May build: seconds."""
-    return _load()[0]
-
-
-def unavailable() -> str | None:
-    """None when the extension is in use, else why not."""
-    return _load()[1]
-
-
-def loaded():
-    """The module if it is loaded already, else None: never waits for a build."""
-    return load() if _load.done() else None
-
-
-#: ``when_loaded(install)``: ``install(module)`` once the extension is loaded: now if it is, else from this
-#: module's one worker thread, which builds it; never when it cannot be built
-when_loaded = extension.when_loaded_by(_load, "tunekit-fast-gemm-build")
+_extension = extension.built_at_first_use("fast_gemm.cpp", "tunekit_fast_gemm", flags=_flags,
+                                          thread_name="tunekit-fast-gemm-build")
+#: see extension.built_at_first_use: build, load (``GemmRoute``), loaded, unavailable, when_loaded
+build, _load, load, loaded, unavailable, when_loaded = (
+    _extension.build, _extension._load, _extension.load, _extension.loaded, _extension.unavailable,
+    _extension.when_loaded)
 
 
 class Installer:

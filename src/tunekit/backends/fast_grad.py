@@ -20,29 +20,8 @@ from .fast_call import _flags
 
 __all__ = ["build", "load", "loaded", "when_loaded"]
 
-_MODULE = "tunekit_fast_grad"
-
-
-def build(directory=None, rebuild: bool = False) -> str:
-    """Compile the extension (or find it built); its path. RuntimeError when it cannot be built."""
-    return extension.build("fast_grad.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory, rebuild=rebuild)
-
-
-@extension.once
-def _load():
-    return extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_CALL")
-
-
-def load():
-    """The built extension module (``GradCall``), or None when it is off or cannot be built. May build: seconds."""
-    return _load()[0]
-
-
-def loaded():
-    """The module if it is loaded already, else None: never waits for a build."""
-    return load() if _load.done() else None
-
-
-#: ``when_loaded(install)``: ``install(module)`` once the extension is loaded: now if it is, else from this
-#: module's one worker thread, which builds it; never when it cannot be built
-when_loaded = extension.when_loaded_by(_load, "tunekit-fast-grad-build")
+_extension = extension.built_at_first_use("fast_grad.cpp", "tunekit_fast_grad", flags=_flags,
+                                          thread_name="tunekit-fast-grad-build")
+#: see extension.built_at_first_use: build, load (``GradCall`` and the recorders), loaded, when_loaded
+build, _load, load, loaded, when_loaded = (_extension.build, _extension._load, _extension.load, _extension.loaded,
+                                           _extension.when_loaded)

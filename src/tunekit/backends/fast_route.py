@@ -19,28 +19,8 @@ from .fast_call import _flags
 
 __all__ = ["build", "load", "loaded", "when_loaded"]
 
-_MODULE = "tunekit_fast_route"
-
-
-def build(directory=None, rebuild: bool = False) -> str:
-    """Compile the extension (or find it built); its path. RuntimeError when it cannot be built."""
-    return extension.build("fast_route.cpp", _MODULE, cxx=True, flags=_flags(), directory=directory, rebuild=rebuild)
-
-
-@extension.once
-def _load():
-    return extension.load_or_reason(build, _MODULE, "TUNEKIT_FAST_CALL")
-
-
-def load():
-    """The built extension module (``configure``, ``takes``), or None when it is off or cannot be built."""
-    return _load()[0]
-
-
-def loaded():
-    """The module if it is loaded already, else None: never waits for a build."""
-    return load() if _load.done() else None
-
-
-#: ``when_loaded(install)``: ``install(module)`` once the extension is loaded (see fast_grad.when_loaded)
-when_loaded = extension.when_loaded_by(_load, "tunekit-fast-route-build")
+_extension = extension.built_at_first_use("fast_route.cpp", "tunekit_fast_route", flags=_flags,
+                                          thread_name="tunekit-fast-route-build")
+#: see extension.built_at_first_use: build, load (``configure``, ``takes``), loaded, when_loaded
+build, _load, load, loaded, when_loaded = (_extension.build, _extension._load, _extension.load, _extension.loaded,
+                                           _extension.when_loaded)
