@@ -28,7 +28,8 @@ Triton's disk-cache key of its own install (``triton_key``: a hash of its source
 ``libtriton.so``, 0.3-0.4 s, once per process) is the first lookup's cost, for a build in the cache
 too: :func:`hash_triton_key` starts it on a thread of its own as soon as tunekit imports Triton's
 kernels, so that it runs beside the warm-up's first steps (the hashing releases the GIL) instead of
-after them; lookups wait for it (:func:`wait_for_key`) rather than hash a second time.
+after them; lookups wait for it (:func:`wait_for_key`) rather than hash a second time. A process
+after the first on an install takes the key stored by it (:mod:`tunekit.backends.triton_key`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import os
 import threading
 
 from . import triton_compile_worker as worker_file
-from . import triton_workers
+from . import triton_key, triton_workers
 from .env import switch
 
 __all__ = ["enabled", "compile_elsewhere", "confirm", "stats", "rebuilt", "hash_triton_key", "wait_for_key"]
@@ -83,7 +84,7 @@ if hasattr(os, "register_at_fork"):
 def _hash_key() -> None:
     try:
         from triton.runtime import cache
-        cache.triton_key()
+        triton_key.installed_key(cache)
     except Exception:  # noqa: BLE001 - another Triton: its own lookup computes what it needs
         pass
     finally:

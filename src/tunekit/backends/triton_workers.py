@@ -19,6 +19,7 @@ import sys
 import threading
 
 from . import triton_compile_worker as worker_file
+from . import triton_key
 
 __all__ = ["WORKERS", "REPLY_TIMEOUT_S", "MAX_FAILURES", "start", "ask", "given_up", "shutdown"]
 
@@ -44,10 +45,10 @@ def _environment() -> dict:
     own Triton is another installation refuses every request (the key would be wrong)."""
     import triton
     from triton import knobs
-    from triton.runtime.cache import triton_key
+    from triton.runtime import cache
     env = dict(os.environ)
     env.update(TRITON_CACHE_DIR=knobs.cache.dir, TUNEKIT_TRITON_FILE=os.path.realpath(triton.__file__),
-               TUNEKIT_TRITON_KEY=triton_key())
+               TUNEKIT_TRITON_KEY=triton_key.installed_key(cache))
     return env
 
 

@@ -10,7 +10,8 @@ speed-up more than anything inside tuning does. Two parts of S are paid less her
 - Triton's cache key (``triton_key()``: a SHA-256 of Triton's sources and its ~0.5 GB library) is
   needed before the first Triton kernel is found in the cache. It is hashed on a thread while the
   main thread creates the CUDA context (:func:`prepare`): hashing releases the GIL, and so does the
-  driver-API context creation, where torch's own CUDA initialisation holds it.
+  driver-API context creation, where torch's own CUDA initialisation holds it; a process after the
+  first on an install takes the key the first stored (:mod:`tunekit.backends.triton_key`).
 
 The phases of a worker's start, as measured (``benchmarks/checks/offline_start.py``):
 ``docs/measurements.md``.
@@ -23,6 +24,8 @@ import os
 import threading
 
 import torch
+
+from ..backends import triton_key
 
 __all__ = ["visible_devices", "prepare"]
 
@@ -46,11 +49,12 @@ def _triton_cache_key() -> None:
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return
     try:
-        from triton.runtime.cache import triton_key
-    except ImportError:  # no Triton, or a version that keys its cache otherwise
+        from triton.runtime import cache
+        cache.triton_key  # noqa: B018 - a version that keys its cache otherwise has none
+    except (ImportError, AttributeError):  # no Triton, or a version that keys its cache otherwise
         return
     try:
-        triton_key()
+        triton_key.installed_key(cache)
     except Exception:  # a broken install: the first Triton candidate reports it, as it would have
         pass
 
