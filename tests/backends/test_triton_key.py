@@ -16,7 +16,8 @@ def install(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "site" / "triton"
     for name, text in (("__init__.py", "v"), ("runtime/cache.py", "c"), ("compiler/compiler.py", "x"),
-                       ("backends/nvidia/driver.py", "d"), ("language/core.py", "l"), ("_C/libtriton.so", "so"),
+                       ("backends/nvidia/__init__.py", ""), ("backends/nvidia/driver.py", "d"),
+                       ("backends/nvidia/include/cuda.h", "h"), ("language/core.py", "l"), ("_C/libtriton.so", "so"),
                        ("tools/unrelated.py", "u")):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -34,8 +35,9 @@ def test_the_fingerprint_follows_every_file_triton_hashes_and_only_those(install
     before = triton_key.fingerprint(install)
     assert triton_key.fingerprint(install) == before
     (install / "tools" / "unrelated.py").write_text("changed, not hashed by Triton")
+    (install / "backends" / "nvidia" / "include" / "cuda.h").write_text("headers: not modules, never stat-ed")
     assert triton_key.fingerprint(install) == before
-    for name in ("_C/libtriton.so", "language/core.py", "runtime/cache.py"):
+    for name in ("_C/libtriton.so", "language/core.py", "runtime/cache.py", "backends/nvidia/driver.py"):
         path = install / name
         st = path.stat()
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # rewritten in place: a new mtime

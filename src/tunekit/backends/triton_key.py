@@ -17,6 +17,7 @@ small file per fingerprint, written atomically.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import os
 import pathlib
 import tempfile
@@ -26,10 +27,23 @@ from .env import SettingError
 
 __all__ = ["fingerprint", "installed_key"]
 
-#: what ``triton_key()`` reads, relative to the triton package: every file below these folders
-#: (Triton hashes their modules) and these files
-_FOLDERS = ("compiler", "backends", "language", "_C")
-_FILES = ("__init__.py", os.path.join("runtime", "cache.py"))
+#: what ``triton_key()`` reads, relative to the triton package: the modules of these packages (found as
+#: ``pkgutil.walk_packages`` finds them: subfolders that are packages, files with a module's suffix)
+#: and these files. Never a whole folder: Triton's ``backends/nvidia`` holds thousands of CUDA
+#: headers and binaries, and stat-ing them all took 3.2 s on the H100 host, far more than the hash.
+_PACKAGES = ("compiler", "backends", "language")
+_FILES = ("__init__.py", os.path.join("runtime", "cache.py"), os.path.join("_C", "libtriton.so"))
+_MODULE_SUFFIXES = tuple(sorted({".py", *importlib.machinery.EXTENSION_SUFFIXES}))
+
+
+def _modules(package: str):
+    """The module files of ``package`` and of its subpackages, in a stable order."""
+    for base, dirs, files in os.walk(package):
+        if base != package and "__init__.py" not in files:  # not a package: pkgutil does not enter it
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        yield from (os.path.join(base, f) for f in sorted(files) if f.endswith(_MODULE_SUFFIXES))
 
 
 def fingerprint(triton_dir: str | os.PathLike) -> str:
@@ -37,10 +51,8 @@ def fingerprint(triton_dir: str | os.PathLike) -> str:
     root = os.path.realpath(triton_dir)
     h = hashlib.sha256(root.encode())
     paths = [os.path.join(root, name) for name in _FILES]
-    for folder in _FOLDERS:
-        for base, dirs, files in os.walk(os.path.join(root, folder)):
-            dirs.sort()
-            paths += [os.path.join(base, f) for f in sorted(files)]
+    for package in _PACKAGES:
+        paths += _modules(os.path.join(root, package))
     for path in paths:
         st = os.stat(path)
         h.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
