@@ -194,6 +194,31 @@ def render(meta: dict, rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def summarize(runs: dict, gpus: list, names: list, workers: int) -> list[dict]:
+    """A report row per configuration (medians over its runs); a failed worker's error printed."""
+    rows = []
+    for mode, label in (("single", "one GPU" if gpus else "one CPU process"),
+                        ("parallel", "all GPUs" if gpus else f"{workers} CPU processes")):
+        results = runs[mode]
+        last = results[-1]
+        devices = (f"cuda:{gpus[0]} {names[0]}" if mode == "single" else
+                   f"cuda:{','.join(map(str, gpus))} {' + '.join(names)}") if gpus else "cpu"
+        rows.append({"run": label, "devices": devices, "workers": last["workers"],
+                     "call_s": statistics.median(r["call_s"] for r in results),
+                     "process_s": statistics.median(r["process_s"] for r in results),
+                     "tuned": last["summary"]["tuned"], "incomplete": last["summary"]["incomplete"],
+                     "failed": len(last["summary"]["failed"]), "present": min(r["present"] for r in results),
+                     "untuned": max(r["untuned"] for r in results),
+                     "split": ", ".join(f"{w['device']} ({w.get('where', 'spawned')}) "
+                                        + (str(w['tuned'] + w['incomplete'] + w['already']) if "tuned" in w
+                                           else w.get("stopped", f"exit code {w.get('exitcode')}"))
+                                        for w in last["summary"]["workers"]) or "one process"})
+        for w in last["summary"]["workers"]:
+            if w.get("error"):  # a worker that failed: say why (the others and the sweep did its work)
+                print(f"worker {w['worker']} on {w['device']} failed:\n{w['error']}", file=sys.stderr)
+    return rows
+
+
 def measure(args) -> int:
     device = torch.device("cuda", 0) if torch.cuda.is_available() and not args.smoke else torch.device("cpu")
     if device.type == "cpu" and not args.smoke:
@@ -221,26 +246,7 @@ def measure(args) -> int:
             result = run_child(mode, store, args)
             result["present"], result["untuned"] = present(store, keys)
             runs[mode].append(result)
-    rows = []
-    for mode, label in (("single", "one GPU" if gpus else "one CPU process"),
-                        ("parallel", "all GPUs" if gpus else f"{args.workers} CPU processes")):
-        results = runs[mode]
-        last = results[-1]
-        devices = (f"cuda:{gpus[0]} {names[0]}" if mode == "single" else
-                   f"cuda:{','.join(map(str, gpus))} {' + '.join(names)}") if gpus else "cpu"
-        rows.append({"run": label, "devices": devices, "workers": last["workers"],
-                     "call_s": statistics.median(r["call_s"] for r in results),
-                     "process_s": statistics.median(r["process_s"] for r in results),
-                     "tuned": last["summary"]["tuned"], "incomplete": last["summary"]["incomplete"],
-                     "failed": len(last["summary"]["failed"]), "present": min(r["present"] for r in results),
-                     "untuned": max(r["untuned"] for r in results),
-                     "split": ", ".join(f"{w['device']} ({w.get('where', 'spawned')}) "
-                                        + (str(w['tuned'] + w['incomplete'] + w['already']) if "tuned" in w
-                                           else w.get("stopped", f"exit code {w.get('exitcode')}"))
-                                        for w in last["summary"]["workers"]) or "one process"})
-        for w in last["summary"]["workers"]:
-            if w.get("error"):  # a worker that failed: say why (the others and the sweep did its work)
-                print(f"worker {w['worker']} on {w['device']} failed:\n{w['error']}", file=sys.stderr)
+    rows = summarize(runs, gpus, names, args.workers)
     meta = {"device": " + ".join(names), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "count": args.count,
             "budget_ms": args.max_tuning_ms or tunekit.settings().max_tuning_ms, "torch": torch.__version__,
             "command": " ".join(["python", "benchmarks/suites/multi_gpu_tune.py"] + (args.argv or [])), "smoke": args.smoke,
