@@ -3,7 +3,6 @@
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -61,9 +60,9 @@ def test_smoke_run_tunes_every_recorded_signature_in_both_configurations(tmp_pat
         assert result["present"] == 6 and result["untuned"] == 0 and result["summary"]["failed"] == []
 
 
-def test_the_model_workload_records_the_llama_steps_gemm_signatures(tmp_path):
+def test_the_model_workload_records_the_llama_steps_gemm_signatures(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
-    sys.path.insert(0, str(PATH.parent))
+    monkeypatch.syspath_prepend(str(PATH.parent))
     import model_gemm_workload
 
     keys = model_gemm_workload.record(str(tmp_path / "r.sqlite"), torch.device("cpu"), smoke=True)
@@ -71,3 +70,9 @@ def test_the_model_workload_records_the_llama_steps_gemm_signatures(tmp_path):
     assert len(keys) == len(set(keys)) >= 10
     assert {op for op, _, _ in keys} <= set(model_gemm_workload.GEMM_OPS)
     assert any("N=128 K=64" in signature for _, signature, _ in keys)  # the LM head (vocab 128)
+
+
+def test_count_is_refused_for_the_model_workload(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--workload", "llama-gemm", "--count", "5"])
+    assert "--count applies to --workload ops" in capsys.readouterr().err

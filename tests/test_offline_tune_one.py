@@ -3,6 +3,7 @@ budget, a retry with twice the budget until the entry completes, the given tenso
 Fake ops on a fake clock: exact on a CPU machine."""
 
 import math
+import sys
 
 import pytest
 import torch
@@ -71,7 +72,7 @@ def test_a_retry_doubles_the_budget_until_the_entry_completes(monkeypatch):
     with tuning(max_tuning_ms=20.0) as s:
         entry = offline.tune_params(op, ScaleParams(torch.randn(64)), s)
     assert budgets == [20.0, 40.0] and s.max_tuning_ms == 20.0  # the caller's settings untouched
-    assert entry.complete and entry.choice == "fast" and 20.0 < entry.tuning_ms <= 40.0
+    assert entry.complete and entry.choice == "fast" and 20.0 + 20.0 < entry.tuning_ms <= 20.0 + 40.0  # both attempts
     budgets.clear()
     with tuning(max_tuning_ms=20.0) as s:
         entry = offline.tune_params(op, ScaleParams(torch.randn(64)), s, attempts=1)
@@ -135,3 +136,21 @@ def test_warm_up_runs_the_numerical_check_on_the_defaults_output(monkeypatch):
     (params, (actual,), (expected,)), = compared
     assert actual is expected and actual.shape == x.shape and torch.equal(actual, 2 * x)
     assert params.x is x
+
+
+def test_a_retry_never_doubles_the_budget_past_what_settings_allow(monkeypatch):
+    budgets = []
+
+    def never_complete(op, p, s, **k):  # every attempt reported incomplete: all three retries run
+        budgets.append(s.max_tuning_ms)
+        report = find_fastest(op, p, s, **k)
+        report.complete = False
+        return report
+
+    monkeypatch.setattr(tune_one, "find_fastest", never_complete)
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 4.0, "fast": 2.0})
+    op.clock = clock
+    with tuning(max_tuning_ms=1e308) as s:
+        entry = offline.tune_params(op, ScaleParams(torch.randn(64)), s)
+    assert budgets == [1e308, sys.float_info.max, sys.float_info.max] and not entry.complete

@@ -45,14 +45,18 @@ def timed(fns: dict, device, recorder_too: bool, takes_too: bool = False, repeat
     if takes_too:
         modes[" (Python takes)"] = (True, routing.python_takes)
     samples = {name + mode: [] for name in fns for mode in modes}
-    for _ in range(repeats):
-        for mode, (with_recorder, checks) in modes.items():
-            for kind, recorder in slots.items():
-                recorder_slot(kind)[0] = recorder if with_recorder else None
-            routing._checks = checks
-            for name, us in host_us_per_call(fns, device, calls=4000, repeats=1).items():
-                samples[name + mode].append(us)
-    routing._checks = native
+    try:
+        for _ in range(repeats):
+            for mode, (with_recorder, checks) in modes.items():
+                for kind, recorder in slots.items():
+                    recorder_slot(kind)[0] = recorder if with_recorder else None
+                routing._checks = checks
+                for name, us in host_us_per_call(fns, device, calls=4000, repeats=1).items():
+                    samples[name + mode].append(us)
+    finally:
+        routing._checks = native
+        for kind, recorder in slots.items():
+            recorder_slot(kind)[0] = recorder
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -126,6 +127,7 @@ def run_child(mode: str, store: str, args) -> dict:
     env = None
     if args.cold:
         caches = Path(store).with_suffix(".caches")
+        shutil.rmtree(caches, ignore_errors=True)  # a --work folder used before keeps them
         env = {**os.environ, "TUNEKIT_CACHE": str(caches / "tunekit"), "TRITON_CACHE_DIR": str(caches / "triton")}
     t0 = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=env)
@@ -287,6 +289,8 @@ def main(argv=None) -> int:
     args.argv = list(argv if argv is not None else sys.argv[1:])
     if args.child:
         return child(args)
+    if args.workload == "llama-gemm" and args.count is not None:
+        ap.error("--count applies to --workload ops: llama-gemm records the step's own signatures")
     if args.count is None:
         args.count = 6 if args.smoke else 40
     if args.smoke:

@@ -288,7 +288,8 @@ def _add_tune(sub) -> None:
     p.add_argument("--gpus", help="one worker per GPU: all, a count N, or indices 0,2 (default: this process)")
     p.add_argument("--file", help="tune the signatures of this file (from tunekit results export-untuned)")
     p.add_argument("--max-tuning-ms", type=_number(float, 1e-6, 1e12, "a number of milliseconds > 0"),
-                   help="tuning budget per signature (default: the settings')")
+                   help="tuning budget per signature, doubled on each of up to two retries of an incomplete "
+                        "tuning (default: the settings')")
     p.set_defaults(func=cmd_tune)
 
 

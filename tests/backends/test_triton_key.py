@@ -4,6 +4,7 @@ hashing, an unknown one hashes and stores, and a stored key others could have wr
 A fake Triton package (a folder tree and a module-like object) stands for the real one."""
 
 import os
+import shutil
 import types
 
 import pytest
@@ -24,11 +25,16 @@ def install(tmp_path, monkeypatch):
     return root
 
 
-def _module(root, hashes):
+KEY = "3.6.0-the-real-key"  # Triton's keys begin with its version
+
+
+def _module(root, hashes, *, version="3.6.0", lru_cached=True):
     def original():
         hashes.append(1)
-        return "the-real-key"
-    return types.SimpleNamespace(__file__=str(root / "runtime" / "cache.py"), triton_key=original)
+        return KEY
+    if lru_cached:  # Triton's own function (functools.lru_cache); a stand-in has no cache_info
+        original.cache_info = lambda: None
+    return types.SimpleNamespace(__file__=str(root / "runtime" / "cache.py"), __version__=version, triton_key=original)
 
 
 def test_the_fingerprint_follows_every_file_triton_hashes_and_only_those(install):
@@ -51,14 +57,14 @@ def test_the_fingerprint_follows_every_file_triton_hashes_and_only_those(install
 def test_the_first_process_hashes_and_stores_the_next_installs_without_hashing(install):
     hashes = []
     first = _module(install, hashes)
-    assert triton_key.installed_key(first) == "the-real-key" and hashes == [1]
+    assert triton_key.installed_key(first) == KEY and hashes == [1]
     second = _module(install, hashes)
-    assert triton_key.installed_key(second) == "the-real-key" and hashes == [1]
-    assert second.triton_key() == "the-real-key" and hashes == [1]
-    assert triton_key.installed_key(second) == "the-real-key"  # installed already: nothing read again
+    assert triton_key.installed_key(second) == KEY and hashes == [1]
+    assert second.triton_key() == KEY and hashes == [1]
+    assert triton_key.installed_key(second) == KEY  # installed already: nothing read again
     (install / "_C" / "libtriton.so").write_text("a new build")
     third = _module(install, hashes)
-    assert triton_key.installed_key(third) == "the-real-key" and hashes == [1, 1]  # a new fingerprint
+    assert triton_key.installed_key(third) == KEY and hashes == [1, 1]  # a new fingerprint
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes")
@@ -69,11 +75,62 @@ def test_a_stored_key_that_others_could_have_written_is_not_used(install, tmp_pa
     stored.write_text("planted")
     stored.chmod(0o666)
     module = _module(install, hashes)
-    assert triton_key.installed_key(module) == "the-real-key" and hashes == [1, 1]
-    assert module.triton_key is not None and module.triton_key() == "the-real-key"
+    assert triton_key.installed_key(module) == KEY and hashes == [1, 1]
+    assert module.triton_key is not None and module.triton_key() == KEY
 
 
 def test_a_cache_setting_that_cannot_be_used_hashes_as_triton_would(install, monkeypatch):
     monkeypatch.setenv("TUNEKIT_CACHE", "relative/path")
     hashes = []
-    assert triton_key.installed_key(_module(install, hashes)) == "the-real-key" and hashes == [1]
+    assert triton_key.installed_key(_module(install, hashes)) == KEY and hashes == [1]
+
+
+def test_a_file_replaced_by_a_copy_with_its_mtime_kept_changes_the_fingerprint(install, tmp_path):
+    before = triton_key.fingerprint(install)
+    lib = install / "_C" / "libtriton.so"
+    copy = tmp_path / "copy.so"
+    copy.write_text("so")  # the same size and, below, the same mtime: another build copied with cp -a
+    shutil.copystat(lib, copy)
+    os.replace(copy, lib)
+    assert triton_key.fingerprint(install) != before  # a new inode and change time
+
+
+def test_a_symlinked_subpackage_is_followed_as_pkgutil_follows_it(install, tmp_path):
+    source = tmp_path / "third_party" / "amd"
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text("")
+    (source / "compiler.py").write_text("a")
+    (install / "backends" / "amd").symlink_to(source, target_is_directory=True)
+    (source / "loop").symlink_to(source, target_is_directory=True)  # a cycle is walked once
+    before = triton_key.fingerprint(install)
+    (source / "compiler.py").write_text("an edited backend")
+    assert triton_key.fingerprint(install) != before
+
+
+def test_a_stand_in_key_function_is_never_stored(install):
+    hashes = []
+    assert triton_key.installed_key(_module(install, hashes, lru_cached=False)) == KEY
+    assert triton_key.installed_key(_module(install, hashes)) == KEY and hashes == [1, 1]  # nothing stored
+
+
+def test_a_stored_key_of_another_triton_version_is_not_installed(install):
+    hashes = []
+    triton_key.installed_key(_module(install, hashes))
+    module = _module(install, hashes, version="3.7.0")
+    assert triton_key.installed_key(module) == KEY and hashes == [1, 1]
+    assert not hasattr(module.triton_key, "tunekit_key")
+
+
+def test_every_file_the_installed_tritons_own_key_reads_is_fingerprinted():
+    """Against the real Triton: the modules ``triton_key()`` hashes, found as it finds them."""
+    triton = pytest.importorskip("triton")
+    import pkgutil
+
+    root = os.path.dirname(os.path.realpath(triton.__file__))
+    covered = {os.path.realpath(p) for p in triton_key.fingerprinted(root)}
+    hashed = []
+    for package in ("compiler", "backends", "language"):
+        for info in pkgutil.walk_packages([os.path.join(root, package)], prefix=f"triton.{package}."):
+            hashed.append(os.path.realpath(info.module_finder.find_spec(info.name).origin))
+    assert hashed and set(hashed) <= covered
+    assert {os.path.join(root, "runtime", "cache.py"), os.path.join(root, "_C", "libtriton.so")} <= covered

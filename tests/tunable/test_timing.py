@@ -243,7 +243,8 @@ def test_a_graph_replay_is_timed_behind_a_spin_so_its_launch_latency_is_left_out
     measure = timer.prepare(None, 1)
     assert [measure() for _ in range(3)] == pytest.approx([0.181] * 3)
     assert (timer.invalid, len(stream.spins)) == (0, 3)
-    assert measure.graph.replay is replay  # the closure keeps the graph alive
+    assert measure.graph.replay is replay
+    assert timer.prior_ms_per_rep is None  # a replay's launch says nothing about an eager run's
 
 
 def test_make_timer_on_cpu_is_the_host_clock_whatever_the_flags():
@@ -368,7 +369,7 @@ def test_one_replay_per_measurement_reads_what_twenty_read(cuda):
     """Tuning times a 0.18 ms kernel one replay per measurement: the host's launch of the replay must not be
     in the time (it was: 0.185-0.211 ms for a 0.181 ms kernel on an H100, and two identical candidates
     read 1.065x apart). What stays is the graph's start on the device, the same for every candidate:
-    2.3 us on an H100 (48.9 us per replay of one 46.6 us kernel)."""
+    2.3 us on an H100 (48.9 us per replay of one 46.6 us kernel); the bound leaves 1.2 us for other GPUs."""
     x = torch.randn(1 << 24, device=cuda)
     y = torch.empty_like(x)
 
@@ -380,4 +381,4 @@ def test_one_replay_per_measurement_reads_what_twenty_read(cuda):
     twenty = make_timer(cuda, graph=True).prepare(run, 20)
     g1 = sorted(one() for _ in range(11))[5]
     g20 = sorted(twenty() for _ in range(11))[5]
-    assert g1 - g20 < 3e-3, (g1, g20)
+    assert g1 - g20 < 3.5e-3, (g1, g20)

@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
@@ -87,6 +88,7 @@ PyObject* takes(PyObject*, PyObject* x) {
     return nullptr;
   }
   if (reinterpret_cast<PyObject*>(Py_TYPE(x)) != tensor_type) Py_RETURN_FALSE;
+  HANDLE_TH_ERRORS  // a C++ exception from torch becomes the Python error torch's bindings would raise
   const at::Tensor& t = THPVariable_Unpack(x);
   if (!plain_dtype(t.scalar_type()) || t.layout() != at::kStrided) Py_RETURN_FALSE;
   const c10::Device device = t.device();
@@ -101,6 +103,7 @@ PyObject* takes(PyObject*, PyObject* x) {
   if (transform != 0) return transform < 0 ? nullptr : Py_NewRef(Py_False);
   if (torch::jit::tracer::isTracing()) Py_RETURN_FALSE;
   Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
 }
 
 PyMethodDef methods[] = {

@@ -17,10 +17,11 @@ from __future__ import annotations
 from . import extension
 from .fast_call import _flags
 
-__all__ = ["build", "load", "loaded", "when_loaded"]
+__all__ = ["build", "load", "loaded", "unavailable", "when_loaded"]
 
 _extension = extension.built_at_first_use("fast_route.cpp", "tunekit_fast_route", flags=_flags,
                                           thread_name="tunekit-fast-route-build")
-#: see extension.built_at_first_use: build, load (``configure``, ``takes``), loaded, when_loaded
-build, _load, load, loaded, when_loaded = (_extension.build, _extension._load, _extension.load, _extension.loaded,
-                                           _extension.when_loaded)
+#: see extension.built_at_first_use: build, load (``configure``, ``takes``), loaded, unavailable, when_loaded
+build, _load, load, loaded, unavailable, when_loaded = (
+    _extension.build, _extension._load, _extension.load, _extension.loaded, _extension.unavailable,
+    _extension.when_loaded)

@@ -1,14 +1,20 @@
 """Triton's key of its own install (``triton_key()``), remembered between processes.
 
 Triton keys its disk cache by a SHA-256 of its Python sources and its ~0.5 GB ``libtriton.so``,
-computed once per process: 0.27-0.49 s on the H100 and H200 hosts, paid by every fresh process
+computed once per process: 0.27-0.77 s on the H100 and H200 hosts, paid by every fresh process
 before its first Triton kernel is found in the cache (a program's first Triton choice, each worker
 of an offline tuning run). The key changes only when those files do, so tunekit stores it under a
-fingerprint of their paths, sizes and modification times (stat calls: milliseconds) and, when the
-fingerprint is known, installs the stored key the way Triton's own warm-up pool hands the key to
-its workers (``triton.runtime.cache.triton_key = lambda: key``). An install changed in place keeps
-neither size nor modification time of the files it rewrote: its fingerprint is new, and the key is
-hashed again (as ccache's direct mode or make trust modification times).
+fingerprint of their metadata (path, size, modification and change times, inode: stat calls,
+milliseconds) and, when the fingerprint is known, installs the stored key the way Triton's own
+warm-up pool hands the key to its workers (``triton.runtime.cache.triton_key = lambda: key``).
+
+What the fingerprint trusts: a file rewritten in place gets a new modification and change time, a
+file replaced (pip, conda, a rebuilt editable install) a new inode. A copy keeps neither its inode
+nor its change time (``cp -a`` / ``rsync -a`` / an archive preserve modification times only), so a
+different build copied to the same path is hashed again; so is everything after a change of
+Triton's version (a stored key must begin with it, as Triton's does). Subpackages reached through
+symlinks (Triton's editable installs link ``backends/nvidia`` into its source tree) are followed, as
+``pkgutil`` follows them. Only a key that Triton's own function computed is stored.
 
 The stored keys live in tunekit's private cache folder (``backends/cache.py``: ``triton-key``), one
 small file per fingerprint, written atomically.
@@ -25,7 +31,7 @@ import tempfile
 from . import cache
 from .env import SettingError
 
-__all__ = ["fingerprint", "installed_key"]
+__all__ = ["fingerprint", "fingerprinted", "installed_key"]
 
 #: what ``triton_key()`` reads, relative to the triton package: the modules of these packages (found as
 #: ``pkgutil.walk_packages`` finds them: subfolders that are packages, files with a module's suffix)
@@ -37,25 +43,35 @@ _MODULE_SUFFIXES = tuple(sorted({".py", *importlib.machinery.EXTENSION_SUFFIXES}
 
 
 def _modules(package: str):
-    """The module files of ``package`` and of its subpackages, in a stable order."""
-    for base, dirs, files in os.walk(package):
-        if base != package and "__init__.py" not in files:  # not a package: pkgutil does not enter it
+    """The module files of ``package`` and of its subpackages (symlinked ones too), in a stable order."""
+    seen = set()
+    for base, dirs, files in os.walk(package, followlinks=True):
+        real = os.path.realpath(base)
+        if real in seen or (base != package and "__init__.py" not in files):  # a loop, or not a package
             dirs[:] = []
             continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         yield from (os.path.join(base, f) for f in sorted(files) if f.endswith(_MODULE_SUFFIXES))
 
 
-def fingerprint(triton_dir: str | os.PathLike) -> str:
-    """A hash of the path, size and modification time of every file ``triton_key()`` reads."""
-    root = os.path.realpath(triton_dir)
-    h = hashlib.sha256(root.encode())
+def fingerprinted(root: str) -> list[str]:
+    """The files :func:`fingerprint` reads below the triton package folder ``root``."""
     paths = [os.path.join(root, name) for name in _FILES]
     for package in _PACKAGES:
         paths += _modules(os.path.join(root, package))
-    for path in paths:
+    return paths
+
+
+def fingerprint(triton_dir: str | os.PathLike) -> str:
+    """A hash of the path, size, modification and change times and inode of every file
+    ``triton_key()`` reads (module docstring: what that trusts)."""
+    root = os.path.realpath(triton_dir)
+    h = hashlib.sha256(root.encode())
+    for path in fingerprinted(root):
         st = os.stat(path)
-        h.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        h.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}"
+                 "\n".encode())
     return h.hexdigest()[:32]
 
 
@@ -83,7 +99,8 @@ def _store(folder: pathlib.Path, name: str, key: str) -> None:
 def installed_key(triton_cache_module) -> str:
     """Triton's key for this process: the stored one where this install's fingerprint is known
     (installed into ``triton_cache_module``, Triton's ``triton.runtime.cache``), else Triton's own
-    hash, then stored for the processes after this one."""
+    hash, then stored for the processes after this one (only when Triton's own function, not a
+    replacement someone installed, computed it)."""
     original = triton_cache_module.triton_key
     installed = getattr(original, "tunekit_key", None)
     if installed is not None:  # this process installed it already
@@ -94,9 +111,11 @@ def installed_key(triton_cache_module) -> str:
     except (OSError, SettingError):  # an unreadable install file, or TUNEKIT_CACHE set wrong
         return original()
     key = _stored(folder, name)
-    if key is None:
+    version = str(getattr(triton_cache_module, "__version__", ""))
+    if key is None or not key.startswith(version):
         key = original()
-        _store(folder, name, key)
+        if hasattr(original, "cache_info"):  # Triton's lru_cache'd function, not a stand-in
+            _store(folder, name, key)
         return key
 
     def stored_key() -> str:

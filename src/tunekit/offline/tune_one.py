@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import time
 
 import torch
@@ -89,22 +90,25 @@ def warm_candidates(op, params: OpParams) -> list[str]:
 def tune_params(op, params: OpParams, settings: context.TuningSettings, *, attempts: int = ATTEMPTS) -> Entry:
     """Tune ``params`` as the online path does (never touching them), up to ``attempts`` times until
     an attempt completes within its budget (the settings' first, doubled on each retry: offline, no
-    caller waits, and an incomplete entry is what ``tunekit tune`` exists to replace); the entry (not
-    stored). Every candidate first runs once (:func:`warm_candidates`), outside the budget and
+    caller waits, and an incomplete entry is what ``tunekit tune`` exists to replace: up to 1 + 2 + 4
+    times the budget with the default three attempts); the entry (not stored), its ``tuning_ms``
+    the attempts' sum. Every candidate first runs once (:func:`warm_candidates`), outside the budget and
     ``tuning_ms``: the budget measures tuning, not the first-use compilation a fresh process pays
     (the online path keeps counting it: there the caller pays it anyway)."""
     device = params.device
+    spent = 0.0
     with TUNING_LOCK, on_device(device):
         warm_candidates(op, params)
         for attempt in range(max(1, attempts)):
-            budget = dataclasses.replace(settings, max_tuning_ms=settings.max_tuning_ms * 2 ** attempt)
-            report = find_fastest(op, params, budget, clock=op.clock)
+            budget_ms = min(settings.max_tuning_ms * 2 ** attempt, sys.float_info.max)  # finite, as settings require
+            report = find_fastest(op, params, dataclasses.replace(settings, max_tuning_ms=budget_ms), clock=op.clock)
+            spent += report.tuning_ms
             if report.complete:
                 break
     return Entry(op=op.name, signature=params.signature(), device=validators.device_name(device),
                  choice=report.choice, complete=report.complete,
                  validators=validators.validators_for(device, op.candidates), candidates=report.candidates,
-                 tuned_at=time.time(), tuning_ms=report.tuning_ms)
+                 tuned_at=time.time(), tuning_ms=spent)
 
 
 def entry_problems(op, entry: Entry | None, device) -> list[str]:

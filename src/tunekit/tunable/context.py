@@ -46,7 +46,8 @@ class TuningSettings:
     #: calls that share it: support checks, numerical checks, probes and timed runs count; kernels
     #: compiling on the background thread do not (``tunable/session.py``). Past it, the best choice
     #: the evidence allows is final for this process and the entry is marked incomplete (the next
-    #: process that tunes resumes it). Offline tuning (``tunekit tune``) uses it per signature.
+    #: process that tunes resumes it). Offline tuning (``tunekit tune``) uses it per signature, doubled
+    #: on each retry of an attempt that did not complete (``offline/tune_one.py``).
     max_tuning_ms: float = 200.0
     #: The most one call spends tuning, in ms, its own run included (tuning work fills at most 95% of
     #: it: ``session.STEP_SLACK``): a new signature's tuning is spread over its first calls, each

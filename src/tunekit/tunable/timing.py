@@ -274,9 +274,11 @@ class CudaQueuedTimer(Timer):
         self.invalid = 0
         self.last_valid = True
 
-    def _measure(self, fn, reps, sizer):
+    def _measure(self, fn, reps, sizer, learn: bool = True):
+        """One queued measurement; ``learn``: its host cost per rep may raise the prior of callables
+        measured later (not a graph replay's: one launch of many runs, unlike an eager run's)."""
         ms, valid, host = queued_measure(fn, reps, sizer, self.queue, self.clock, self.prior_ms_per_rep)
-        if valid:  # an uncovered enqueue may have waited for the device: not a host cost
+        if valid and learn:  # an uncovered enqueue may have waited for the device: not a host cost
             self.prior_ms_per_rep = max(host, self.prior_ms_per_rep or 0.0)
         self.measurements += 1
         self.invalid += not valid
@@ -315,9 +317,9 @@ class CudaGraphTimer(CudaQueuedTimer):
         sizer = self.new_sizer()
 
         def measure_replay():
-            return self._measure(graph.replay, 1, sizer) / reps
+            return self._measure(graph.replay, 1, sizer, learn=False) / reps
 
-        measure_replay.graph = graph  # keep it (and its memory pool) alive as long as the closure
+        measure_replay.graph = graph  # the graph (and its memory pool), for tests and inspection
         return measure_replay
 
     def _capture(self, fn, reps):

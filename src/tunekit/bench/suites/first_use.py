@@ -16,7 +16,8 @@ process per op family and cache state and merges their rows (``first_use_report`
   calls (more, for at most :data:`PENDING_LIMIT_S`, while a shipped choice compiles on a worker):
   every call's wall (the first ``max_calls``; past them their sum) and the choice in effect after call 1, call 20 and at the end; then
   :data:`STEADY_CALLS` more calls, the final choice's wall per call (the 10,000-call estimate's unit).
-- Then offline tuning of the signature (``tune_params``, default settings; it never touches the
+- Then offline tuning of the signature (``tune_params``, default settings, a retry with twice the
+  budget; it never touches the
   inputs) and device times head to head (:func:`~tunekit.bench.suites.common.head_to_head`: rotated
   rounds, CUDA-graph replays over input sets that overflow L2) of each distinct choice, torch eager
   (as the activations and logsumexp suites time it), torch.compile (``dynamic=False,

@@ -328,7 +328,8 @@ def _head(raw: dict) -> list[str]:
              "program's first call of that kernel pays (torch's lazy loading of its own kernel: ~8 ms for "
              "torch's silu, `benchmarks/experiments/first_call_profile.py`). The device times (µs per call) are timed head to head "
              f"({raw.get('timing', '?')}). Offline: `tune_params` (every candidate warmed, then "
-             "find_fastest) with the same default settings. The method: the docstring of "
+             "find_fastest) with the same default settings, an incomplete attempt retried with twice the "
+             "budget. The method: the docstring of "
              "`src/tunekit/bench/suites/first_use.py`."), "",
             ("Columns: 'calls until final': calls until `op.decision` gave the final choice ('> N': not final after N "
              "calls); 'max later call': the slowest of calls 2 to final (each resumed tuning); the choices in effect "
