@@ -4,25 +4,21 @@ recording stand-in with cuLaunchKernel's C signature replaces the driver, so no 
 its FastCall leaves every tensor it cannot key to the general path. FastCall's lookup itself is
 tested against its Python twin in tests/tunable/test_fast_runners.py."""
 
-import os
 import threading
 import time
 
 import pytest
 import torch
 
+from extension_checks import built
 from launch_recorder import RecordingDriver
 from tunekit.backends import extension, fast_call, thread_context
 from tunekit.tunable import context
 
+
 @pytest.fixture(scope="module")
 def module():
-    m = fast_call.load()
-    if m is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"the fast-call extension must build in CI: {fast_call.unavailable()}")
-        pytest.skip(f"fast-call extension unavailable: {fast_call.unavailable()}")
-    return m
+    return built(fast_call, "fast-call")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -7,17 +7,14 @@ import os
 import pytest
 import torch
 
+from extension_checks import built
 from launch_recorder import RecordingDriver, RecordingDriverEx
 from tunekit.backends import fast_launch, thread_context
 
+
 @pytest.fixture(scope="module")
 def module():
-    m = fast_launch.load()
-    if m is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"the launch extension must build in CI: {fast_launch.unavailable()}")
-        pytest.skip(f"launch extension unavailable: {fast_launch.unavailable()}")
-    return m
+    return built(fast_launch, "launch")
 
 
 def test_packs_ints_and_tensor_pointers(module):
@@ -67,8 +64,8 @@ def test_bad_calls_raise_before_the_driver_is_called(module, args, error):
 
 def test_build_is_cached_and_atomic(tmp_path):
     first = fast_launch.build(tmp_path)
-    built = os.stat(first).st_ino
-    assert fast_launch.build(tmp_path) == first and os.stat(first).st_ino == built  # found, not rebuilt
+    inode = os.stat(first).st_ino
+    assert fast_launch.build(tmp_path) == first and os.stat(first).st_ino == inode  # found, not rebuilt
     name = os.path.basename(first)  # the library, its SHA-256 and the build's lock; no temporaries left behind
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, name + ".sha256", ".tunekit_fast_launch.lock"])
 

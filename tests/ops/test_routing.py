@@ -2,7 +2,6 @@
 ``is_compiling()`` exist twice, in Python (``python_takes``) and in C++ (``backends/fast_route.cpp``,
 installed once built): both are held to the same cases here, each case one the rule names."""
 
-import os
 import subprocess
 import sys
 import threading
@@ -15,14 +14,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tunekit.backends import fast_route
 from tunekit.ops._shared import routing
 
+from extension_checks import built
+
 
 def _module():
-    module = fast_route.load()
-    if module is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"the routing extension must build in CI: {fast_route.unavailable()}")
-        pytest.skip(f"routing extension unavailable: {fast_route.unavailable()}")
-    return module
+    return built(fast_route, "routing")
 
 
 def _native():
