@@ -134,3 +134,13 @@ def test_every_file_the_installed_tritons_own_key_reads_is_fingerprinted():
             hashed.append(os.path.realpath(info.module_finder.find_spec(info.name).origin))
     assert hashed and set(hashed) <= covered
     assert {os.path.join(root, "runtime", "cache.py"), os.path.join(root, "_C", "libtriton.so")} <= covered
+
+
+def test_only_the_newest_stored_keys_are_kept(install, tmp_path):
+    folder = tmp_path / "cache" / "triton-key"
+    hashes = []
+    for i in range(triton_key.KEPT + 3):  # as many builds: each a new fingerprint, each stored
+        (install / "_C" / "libtriton.so").write_text("so" * (i + 2))
+        triton_key.installed_key(_module(install, hashes))
+    assert len(hashes) == triton_key.KEPT + 3 and len(list(folder.glob("*.key"))) == triton_key.KEPT
+    assert (folder / (triton_key.fingerprint(install) + ".key")).is_file()  # the newest is among them

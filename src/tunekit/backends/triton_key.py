@@ -86,13 +86,21 @@ def _stored(folder: pathlib.Path, name: str) -> str | None:
         return None
 
 
+#: stored keys kept (the newest): one per Triton install or build in use on this machine; a file
+#: system whose inode numbers change between processes would otherwise add a file per process
+KEPT = 8
+
+
 def _store(folder: pathlib.Path, name: str, key: str) -> None:
     try:
         folder = cache.private_dir(folder)
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, prefix=".tmp-") as f:
             f.write(key)
         os.replace(f.name, folder / name)
-    except (OSError, cache.UntrustedCache):  # not stored: the next process hashes again
+        stored = sorted(folder.glob("*.key"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in stored[KEPT:]:
+            old.unlink(missing_ok=True)
+    except (OSError, cache.UntrustedCache):  # not stored (or not pruned): the next process hashes again
         pass
 
 
