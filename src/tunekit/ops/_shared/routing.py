@@ -39,7 +39,8 @@ import torch.autograd.forward_ad as _forward_ad
 
 from ...backends import fast_route
 
-__all__ = ["takes", "python_takes", "transformed", "state", "inside_tunekit", "bind", "plain_dims", "TUNEKIT_DTYPES"]
+__all__ = ["takes", "python_takes", "transformed", "state", "inside_tunekit", "bind", "plain_dims",
+           "TUNEKIT_DTYPES"]
 
 #: dtypes for which tunekit's ops give torch's results (float64 runs torch's kernel inside tunekit)
 TUNEKIT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
