@@ -62,7 +62,9 @@ def test_every_candidate_of_both_ops_is_listed():
     names = {TritonGemm(*c).name for c in CONFIGS}
     assert len(names) == len(CONFIGS) >= 40
     cublaslt = {f"cublaslt_h{rank}" for rank in range(8)}
-    for op, torch_own in ((mm_op, {"torch_mm"} | cublaslt), (addmm_op, {"torch_addmm", "torch_addmm_epilogue"})):
+    epilogue = {f"cublaslt_bias_h{rank}" for rank in range(8)}
+    for op, torch_own in ((mm_op, {"torch_mm"} | cublaslt),
+                          (addmm_op, {"torch_addmm", "torch_addmm_epilogue"} | epilogue)):
         assert op.default is op.candidates[0] and op.default.name in torch_own
         assert {c.name for c in op.candidates} == names | torch_own
     assert mm_op.candidate(TritonGemm(*CONFIGS[0]).name) is not addmm_op.candidate(TritonGemm(*CONFIGS[0]).name)  # each op its own

@@ -4,7 +4,8 @@
 backward GEMM) and ``addmm`` (:class:`AddmmParams`: addmm, addmm_, baddbmm, linear with a bias).
 Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), for addmm torch's fused epilogue
 (``torch_addmm_epilogue``), for mm cuBLASLt's ranked algorithms (``cublaslt_candidates.py``: the
-library torch loaded, through ctypes), then the Triton configurations (``triton_candidates.py``),
+library torch loaded, through ctypes), for addmm in linear's form the same with the bias and the
+activation in the epilogue (``cublaslt_epilogue_candidates.py``), then the Triton configurations (``triton_candidates.py``),
 checked by the GEMM numerical check (``numerics.py``).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from .cublaslt_candidates import cublaslt_candidates
+from .cublaslt_epilogue_candidates import cublaslt_epilogue_candidates
 from .numerics import check_gemm, warm_reference
 from .params import AddmmParams, GemmParams
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
@@ -92,6 +94,8 @@ addmm_op = register(TunableOp("addmm", AddmmParams, make_params=_make_addmm_para
                               numerics=check_gemm))
 addmm_op.add(torch_addmm, default=True)
 addmm_op.add(torch_addmm_epilogue, supports=epilogue_support)
+for _c in cublaslt_epilogue_candidates():
+    addmm_op.add(_c)
 for _op in (mm_op, addmm_op):
     for _c in triton_candidates():
         _op.add(_c)
