@@ -136,6 +136,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out")
+    ap.add_argument("--modes", default=",".join(MODES), help="which configurations (default all)")
     ap.add_argument("--child", choices=MODES)
     ap.add_argument("--store")
     args = ap.parse_args()
@@ -149,11 +150,12 @@ def main() -> int:
     keys = model_gemm_workload.record(source, torch.device("cuda", 0))
     lines = [f"# {' + '.join(torch.cuda.get_device_name(g) for g in gpus)}, torch {torch.__version__}, "
              f"{len(keys)} recorded GEMM signatures; {time.strftime('%Y-%m-%d %H:%M')}"]
-    for mode in MODES:
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    for mode in modes:
         run_child(mode, source, work, "warm")
-    results = {m: [] for m in MODES}
+    results = {m: [] for m in modes}
     for r in range(args.repeats):
-        for mode in MODES:
+        for mode in modes:
             res = run_child(mode, source, work, str(r))
             results[mode].append(res)
             lines.append(f"\n## {mode} #{r}: call {res['call_s']:.2f} s, process {res['process_s']:.2f} s, "
@@ -162,7 +164,7 @@ def main() -> int:
                 lines.append(f"  {where}  {start:6.2f} -> {end:6.2f} s  ({end - start:5.2f})  {kind:10s} {label[:90]}")
     one = statistics.median(r["call_s"] for r in results["single"])
     lines.append("")
-    for mode in MODES:
+    for mode in modes:
         med = statistics.median(r["call_s"] for r in results[mode])
         lines.append(f"{mode}: median call {med:.2f} s = {med / one:.3f}x single "
                      f"(runs {', '.join('%.2f' % r['call_s'] for r in results[mode])})")

@@ -288,3 +288,20 @@ def test_input_precision_follows_tf32():
 def test_source_hash_depends_on_the_configuration():
     c1, c2 = (TritonGemm(*CONFIGS[0]), TritonGemm(*CONFIGS[1]))
     assert c1.source_hash() != c2.source_hash() and c1.source_hash() == TritonGemm(*CONFIGS[0]).source_hash()
+
+
+def test_the_challenger_floor_holds_where_the_default_is_routed_and_for_triton_launches():
+    """ops/gemm/op.py challenger_floor: a linear (routed to torch's function once decided) needs every
+    challenger to save CHALLENGER_HOST_MS; a fused linear (never routed) only its Triton candidates."""
+    from tunekit.ops.gemm.op import CHALLENGER_HOST_MS, challenger_floor
+    from tunekit.tunable.margin_rule import floor_ms
+    a, b = matrix(8, 16, torch.bfloat16), matrix(16, 4, torch.bfloat16, "cpu", "col", seed=1)
+    c = randn((4,), torch.bfloat16)
+    triton = next(x for x in addmm_op.candidates if isinstance(x, TritonGemm))
+    for name in ("torch_addmm_epilogue", "cublaslt_bias_h0"):
+        assert challenger_floor(AddmmParams(c, a, b), addmm_op.candidate(name)) == CHALLENGER_HOST_MS
+        assert challenger_floor(AddmmParams(c, a, b, activation="gelu_tanh"), addmm_op.candidate(name)) == 0.0
+    assert challenger_floor(AddmmParams(c, a, b, activation="gelu_tanh"), triton) == CHALLENGER_HOST_MS
+    assert challenger_floor(GemmParams(a, b), mm_op.candidate("cublaslt_h0")) == CHALLENGER_HOST_MS
+    assert floor_ms(addmm_op, AddmmParams(c, a, b, activation="relu"), addmm_op.candidate("cublaslt_bias_h1")) == 0.0
+    assert floor_ms(mm_op, GemmParams(a, b), mm_op.candidate("cublaslt_h1")) == CHALLENGER_HOST_MS

@@ -9,6 +9,7 @@ import torch
 
 from tunekit.tunable import results_store, session, tuning, validators
 from tunekit.tunable.find_fastest import find_fastest
+from tunekit.tunable.margin_rule import floor_ms
 from tunekit.tunable.session import DECISIVE, MIN_ROUNDS
 
 from fakes import FakeClock, ScaleParams, make_op
@@ -135,6 +136,34 @@ def test_a_challenger_must_save_more_device_time_than_its_call_adds_on_the_host(
         op2, clock2 = fresh_op({"ref": 6.0, "close": 5.4})
         op2.challenger_host_ms = 0.5
         assert find_fastest(op2, ScaleParams(x), s, clock=clock2).choice == "close"
+
+
+def test_a_floor_per_candidate_chooses_the_fastest_challenger_that_saves_its_own():
+    """op.challenger_floor(params, candidate): the fastest challenger, whose call costs the host 2 ms
+    more, saves only 1.5 ms and is kept out; the next, whose call costs nothing more, saves 1.0 ms and
+    is chosen; with every floor at 2 ms the default stays (fake times in ms)."""
+    op, clock = fresh_op({"ref": 4.0, "fastest": 2.5, "next": 3.0})
+    floors = {"fastest": 2.0, "next": 0.0, "ref": 2.0}
+    seen = []
+
+    def rule(params, candidate):
+        seen.append(type(params).__name__)
+        return floors[candidate.name]
+    op.challenger_floor = rule
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=1000.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+        assert report.choice == "next" and report.complete
+        assert report.candidates["next"].reason == "the fastest that saves its floor"
+        assert "less than the 2000.0 us of host time" in report.candidates["fastest"].reason
+        assert set(seen) == {"ScaleParams"}
+        floors["next"] = 2.0
+        op.forget()
+        assert find_fastest(op, ScaleParams(x), s, clock=clock).choice == "ref"
+    assert floor_ms(op, ScaleParams(x), op.candidate("next")) == 2.0
+    op.challenger_floor = None
+    op.challenger_host_ms = 0.25
+    assert floor_ms(op, ScaleParams(x), op.candidate("next")) == 0.25
 
 
 def test_a_challenger_that_fails_the_numerical_check_never_runs_however_fast():

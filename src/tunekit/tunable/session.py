@@ -19,8 +19,9 @@ numerical check probes decisively faster (:data:`DECISIVE`), then that challenge
   the choice is the incumbent (or, with complete rounds, the margin rule's winner), and the entry
   is stored incomplete so the next process resumes it.
 - A challenger must also save more device time than its call adds on the host where the default's
-  call path is cheaper (``op.challenger_host_ms``; GEMM: torch's kernels are called from C++ routes,
-  a challenger through the general path): otherwise a host-bound program gets slower.
+  call path is cheaper (``margin_rule.floor_ms``: ``op.challenger_host_ms``, or the op's
+  ``challenger_floor`` rule; GEMM: torch's kernels are called from C++ routes, a challenger through the general path):
+  otherwise a host-bound program gets slower.
 
 The session owns copies of the inputs (the caller's tensors may change between calls), the input
 sets that keep timed runs cold in L2, and each candidate's captured measurement; it drops them when
@@ -38,6 +39,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import margin_rule
 from .context import TuningSettings
 from .entries import CandidateRecord
 from .host_time import prefer_less_host_time
@@ -215,7 +217,7 @@ class TuningSession:
                     continue
                 self._to_prepare.append((c.name, prepare))
             supported.append(c)
-        if not self.op.challenger_host_ms:  # nothing to learn from the default's probe first: compile now
+        if not self._floors(supported):  # nothing to learn from the default's probe first: compile now
             self._start_preparations()
         return supported
 
@@ -224,12 +226,21 @@ class TuningSession:
             self.preparations.start(name, prepare, self.trial)
         self._to_prepare = []
 
+    def _floor(self, name: str) -> float:
+        """ms of device time challenger ``name`` must save over the default (``margin_rule.floor_ms``)."""
+        return margin_rule.floor_ms(self.op, self.trial, self.op.candidate(name))
+
+    def _floors(self, supported) -> float:
+        """The least floor of the challengers among ``supported`` (0.0 when there is none)."""
+        default = self.op.default.name
+        return min((self._floor(c.name) for c in supported if c.name != default), default=0.0)
+
     def _no_challenger_can_win(self, supported) -> bool:
-        """Whether no challenger could save ``op.challenger_host_ms`` over the default's probe, even at
+        """Whether no challenger could save its floor (``margin_rule.floor_ms``) over the default's probe, even at
         the params' ``fastest_possible_ms()`` (a roofline bound; 0 without one): then the default is
         the choice, complete, and nothing is compiled (a LLaMA-style step's 10-30 us GEMMs queued
         thirty Triton compiles that could not have won)."""
-        floor, default = self.op.challenger_host_ms, self.op.default.name
+        floor, default = self._floors(supported), self.op.default.name
         fastest = getattr(self.trial, "fastest_possible_ms", lambda: 0.0)()
         base = self.probe[default]
         if not floor or base * PROBE_SLACK - floor >= fastest:
@@ -353,39 +364,18 @@ class TuningSession:
         return not any(r.status == "skipped" and name not in self.deferred for name, r in self.records.items())
 
     def _decide(self, survivors, times: dict[str, float], rounds_done: bool) -> None:
-        """The margin rule on the rounds' medians when they completed, else the decisive rule on what
-        was measured; then, on CUDA, the host-time tie-break."""
+        """The margin rule (``margin_rule.py``) on the rounds' medians when they completed, else the
+        decisive rule on what was measured; then, on CUDA, the host-time tie-break."""
         default = self.op.default.name
-        best = min(times, key=times.get)
-        base = times[default]
         margin = self.settings.margin if rounds_done else 1.0 - 1.0 / DECISIVE
-        saves = base - times[best] >= self.op.challenger_host_ms  # more device time than its call adds on the host
-        choice = best if best != default and times[best] < base * (1.0 - margin) and saves else default
+        choice = margin_rule.choose(times, default, margin, self._floor)
         for name in times:
-            self.records[name] = self._record(name, times, choice, best, margin, rounds_done)
+            self.records[name] = margin_rule.record(name, times, choice, default, margin, rounds_done, self._floor)
         report = self._finish(choice, self._screened() and rounds_done)
         if self.base.device.type == "cuda" and rounds_done and not self.injected_timer:
             prefer_less_host_time(report, survivors, times, self.remeasure, self.like_call, self.base, self.budget)
             self.incumbent = self.op.candidate(report.choice)
             report.tuning_ms = self.budget.spent_ms()
-
-    def _record(self, name, times, choice, best, margin, rounds_done) -> CandidateRecord:
-        t, base, default = times[name], times[self.op.default.name], self.op.default.name
-        if name == choice:
-            why = "fastest" if name == best else f"default kept: no candidate faster by more than {margin:.0%}"
-            if not rounds_done and name != default:
-                lead = f"{base / t:.2f}x" if t > 0 else "much"
-                why = f"{lead} faster than the default on its probe: decisive before the budget ran out"
-            return CandidateRecord("chosen", time_ms=t, reason=why)
-        why = f"{t / times[choice]:.2f}x the time of {choice}" if times[choice] > 0 else "slower"
-        if name == best and choice == default:
-            why = f"faster by {1 - t / base:.1%}, within the {margin:.0%} margin"
-            if t < base * (1.0 - margin):
-                why = (f"saves {(base - t) * 1e3:.1f} us, less than the {self.op.challenger_host_ms * 1e3:.1f} us of "
-                       "host time a call of a challenger adds")
-            if not rounds_done:
-                why += " (the budget ran out before the timed rounds: only a decisive lead counts)"
-        return CandidateRecord("slower", time_ms=t, reason=why)
 
     def _finish(self, choice: str, complete: bool) -> TuningReport:
         self.preparations.cancel()  # the choice is made: what has not started compiling never will

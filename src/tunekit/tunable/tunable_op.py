@@ -109,8 +109,8 @@ class TunableOp:
         self._hashes: dict[str, str] | None = None  # the candidates' source hashes, until one is added
         #: the most candidates with a compile (``prepare``) an online session tries (None: all; preparations.py)
         self.online_preparations: int | None = None
-        #: ms of device time a challenger must save beyond the margin: host time its call path adds (session.py)
-        self.challenger_host_ms = 0.0
+        #: what a challenger must save beyond the margin (the host time its call path adds): ms, or the op's
+        self.challenger_host_ms, self.challenger_floor = 0.0, None  # rule(params, candidate) -> ms: margin_rule.py
         self.warm_numerics: Callable[[OpParams], None] | None = warm_compare  # the check's kernel loads: session.py
         self.on_forget: list[Callable[[], None]] = []  # called whenever choices are dropped: derived caches go too
         self.call = self._make_call()  # the call path as a plain function: op.call(params) is op(params), faster

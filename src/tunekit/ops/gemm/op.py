@@ -5,8 +5,8 @@ backward GEMM) and ``addmm`` (:class:`AddmmParams`: addmm, addmm_, baddbmm, line
 Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), for addmm torch's fused epilogue
 (``torch_addmm_epilogue``), for mm cuBLASLt's ranked algorithms (``cublaslt_candidates.py``: the
 library torch loaded, through ctypes), for addmm in linear's form the same with the bias and the
-activation in the epilogue (``cublaslt_epilogue_candidates.py``), then the Triton configurations (``triton_candidates.py``),
-checked by the GEMM numerical check (``numerics.py``).
+activation in the epilogue (``cublaslt_epilogue_candidates.py``), then the Triton configurations
+(``triton_candidates.py``), checked by the GEMM numerical check (``numerics.py``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from .params import AddmmParams, GemmParams
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
 from ...tunable.registry import register
+from ...tunable.shipped import uses_triton
 from ...tunable.tunable_op import TunableOp
 
 __all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of", "ONLINE_PREPARATIONS",
-           "CHALLENGER_HOST_MS"]
+           "CHALLENGER_HOST_MS", "challenger_floor"]
 
 #: Triton configurations an online tuning session compiles per GEMM signature (tunable/preparations.py)
 ONLINE_PREPARATIONS = 4
@@ -34,6 +35,18 @@ ONLINE_PREPARATIONS = 4
 #: no such floor, cuBLASLt algorithms 2-5% faster on 10-30 us GEMMs took a patched LLaMA-style step to
 #: 0.75x (model_step-gemm_patched-NVIDIA_H200.md of 2026-11-26).
 CHALLENGER_HOST_MS = 0.010
+
+
+def challenger_floor(p, candidate) -> float:
+    """What ``candidate`` must save over torch's kernel on ``p`` (``tunable/margin_rule.floor_ms``):
+    :data:`CHALLENGER_HOST_MS` where the default's call is routed to torch's function from C++ (every
+    call but the fused linear's: ``linear_act`` is never routed) and for a Triton candidate anywhere
+    (its launch through Triton's Python launcher); nothing for the fused linear's torch and cuBLASLt
+    candidates: that call takes tunekit's general path whatever runs, and their one call (torch's
+    ``_addmm_activation``, a cuBLASLt call through ctypes) costs the host no more than the default's
+    two (addmm, then the activation in place). With the floor there, 16 x 14336 x 4096 bfloat16 kept
+    addmm + gelu tanh (44.9 us) over cuBLASLt's bias + GELU epilogue (43.1 us), H100."""
+    return CHALLENGER_HOST_MS if p.activation == "none" or uses_triton(candidate) else 0.0
 
 
 def mnk_of(shape) -> tuple[int, int, int, int | None]:
@@ -103,4 +116,5 @@ for _op in (mm_op, addmm_op):
     # shape class: the winners measured on H100 / H200 lead each kind); `tunekit tune` compiles all forty.
     _op.online_preparations = ONLINE_PREPARATIONS
     _op.challenger_host_ms = CHALLENGER_HOST_MS
+    _op.challenger_floor = challenger_floor
     _op.warm_numerics = warm_reference  # the check's first float64 kernels: not a signature's budget
