@@ -53,6 +53,17 @@ def test_what_is_refused_before_any_cuda_call():
     assert _bias_problem(_linear(4, 3, 5, torch.bfloat16, "cpu", act="gelu_tanh")) is None
 
 
+def test_other_scalars_in_the_same_cache_key_get_torchs_addmm():
+    """The cache key holds only whether alpha or beta is 0: a choice made for alpha = beta = 1 may be
+    met by alpha = 2 or beta = 0.5, and must then give torch's result (here on CPU tensors, where the
+    cuBLASLt path would refuse: the fallback comes first)."""
+    a, b, c = matrix(6, 8), matrix(8, 5, torch.float32, "cpu", "col", seed=1), randn((5,), seed=2)
+    for alpha, beta in ((2, 1), (1, 0.5), (0.25, -3.0)):
+        p = AddmmParams(c, a, b, alpha=alpha, beta=beta, activation="relu")
+        assert p.cache_key() == AddmmParams(c, a, b, activation="relu").cache_key()
+        check(CublasLtEpilogue(3).run(p), a, b, c, alpha, beta, act="relu")
+
+
 def test_mm_candidates_sources_are_not_this_modules():
     """The shipped mm entries depend on cuBLASLt mm candidates' source hashes: this module is not in them."""
     from tunekit.ops.gemm import cublaslt_candidates

@@ -142,16 +142,22 @@ def _compiling_op(costs: dict, cap=None):
     return op, prepared
 
 
+def _called_until_decided(op, x, calls: int = 500):
+    """``op`` called on ``x`` until its tuning ends (at most ``calls`` calls, the workers given a
+    millisecond between them to finish their compiles); the decision."""
+    for _ in range(calls):
+        op(ScaleParams(x))
+        if not op.tuning_in_progress(ScaleParams(x)):
+            break
+        time.sleep(0.001)
+    return op.decision(ScaleParams(x))
+
+
 def test_an_online_session_compiles_at_most_the_ops_cap_in_its_order_and_is_complete():
     op, prepared = _compiling_op({"ref": 4.0, "a": 3.0, "b": 2.0, "c": 1.0, "d": 0.5}, cap=2)
     x = torch.randn(64)
     with tuning(tuning_step_ms=5.0, max_tuning_ms=1000.0):
-        for _ in range(500):
-            op(ScaleParams(x))
-            if not op.tuning_in_progress(ScaleParams(x)):
-                break
-            time.sleep(0.001)  # let the workers finish
-        r = op.decision(ScaleParams(x))
+        r = _called_until_decided(op, x)
     assert sorted(prepared) == ["a", "b"]  # the first two in the op's order; c and d never compiled
     assert r.candidate.name == "b" and r.entry.complete
     for name in ("c", "d"):
@@ -207,9 +213,17 @@ def test_a_default_no_challenger_could_beat_by_the_ops_floor_is_chosen_without_c
     slow, prepared_slow = _compiling_op({"ref": 4.0, "a": 1.0})
     slow.challenger_host_ms = 0.010
     with tuning(tuning_step_ms=5.0, max_tuning_ms=1000.0):
-        for _ in range(500):
-            slow(ScaleParams(x))
-            if not slow.tuning_in_progress(ScaleParams(x)):
-                break
-            time.sleep(0.001)
-        assert slow.decision(ScaleParams(x)).candidate.name == "a" and prepared_slow == ["a"]
+        assert _called_until_decided(slow, x).candidate.name == "a" and prepared_slow == ["a"]
+
+
+def test_challengers_that_cannot_save_their_own_floor_are_skipped_and_the_rest_compile_and_complete():
+    """A floor per candidate (op.challenger_floor): with a 4 us default, "a" (floor 10 us) cannot win
+    and is skipped, its compile never started; "b" (floor 0) compiles from the screen on, is timed and
+    chosen, and the entry is complete (the skipped one was left out by design)."""
+    op, prepared = _compiling_op({"ref": 0.004, "a": 0.001, "b": 0.002})
+    op.challenger_floor = lambda params, c: 0.010 if c.name == "a" else 0.0
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=1000.0):
+        r = _called_until_decided(op, x)
+    assert prepared == ["b"] and r.candidate.name == "b" and r.entry.complete
+    assert r.entry.candidates["a"].status == "skipped" and "cannot save 10.0 us" in r.entry.candidates["a"].reason

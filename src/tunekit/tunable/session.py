@@ -59,7 +59,7 @@ DECISIVE = 1.25
 #: few, so one slow piece (a first launch) does not shorten every later call's share
 UNIT_WINDOW = 3
 #: the default's probe times this is the most its timed rounds are taken to read (probes are one pass:
-#: a few percent of noise), when judging whether any challenger could save the op's challenger_host_ms
+#: a few percent of noise), when judging whether a challenger could save its floor (margin_rule.floor_ms)
 PROBE_SLACK = 1.05
 #: share of a call's step left to the call's own work (its run, lookup, the store): filled to the last
 #: millisecond, 112 of 180 first-use rows read 20.1-21 ms for a 20 ms step (H100, no shipped results)
@@ -98,7 +98,7 @@ class TuningSession:
         self.checked = 0
         self.agree = None  # the op's numerical check, once the reference is made
         self.preparations = Preparations()
-        self.deferred: set[str] = set()  # candidates an online session leaves to offline tuning
+        self.deferred: set[str] = set()  # left out by design: past the online cap, or unable to save their floor
         self.seen_prepared = 0  # preparations.finished when _check_all last looked for a ready candidate
         self._parked_at: int | None = None  # seen_prepared when advance last stopped to wait for one
         self._steps = self._work()
@@ -183,7 +183,8 @@ class TuningSession:
         if len(supported):
             self.probe[op.default.name] = self._measure(op.default)
             yield
-            if self._no_challenger_can_win(supported):
+            supported = self._drop_hopeless(supported)
+            if not supported:
                 return
         self._start_preparations()
         yield from self._check_all(supported, expected, survivors)
@@ -217,42 +218,42 @@ class TuningSession:
                     continue
                 self._to_prepare.append((c.name, prepare))
             supported.append(c)
-        if not self._floors(supported):  # nothing to learn from the default's probe first: compile now
-            self._start_preparations()
+        self._start_preparations(lambda name: not self._floor(name))  # the rest once the default's probe tells
         return supported
 
-    def _start_preparations(self) -> None:
+    def _start_preparations(self, which=lambda name: True) -> None:
         for name, prepare in self._to_prepare:
-            self.preparations.start(name, prepare, self.trial)
-        self._to_prepare = []
+            if which(name):
+                self.preparations.start(name, prepare, self.trial)
+        self._to_prepare = [(name, prepare) for name, prepare in self._to_prepare if not which(name)]
 
     def _floor(self, name: str) -> float:
         """ms of device time challenger ``name`` must save over the default (``margin_rule.floor_ms``)."""
         return margin_rule.floor_ms(self.op, self.trial, self.op.candidate(name))
 
-    def _floors(self, supported) -> float:
-        """The least floor of the challengers among ``supported`` (0.0 when there is none)."""
-        default = self.op.default.name
-        return min((self._floor(c.name) for c in supported if c.name != default), default=0.0)
-
-    def _no_challenger_can_win(self, supported) -> bool:
-        """Whether no challenger could save its floor (``margin_rule.floor_ms``) over the default's probe, even at
-        the params' ``fastest_possible_ms()`` (a roofline bound; 0 without one): then the default is
-        the choice, complete, and nothing is compiled (a LLaMA-style step's 10-30 us GEMMs queued
-        thirty Triton compiles that could not have won)."""
-        floor, default = self._floors(supported), self.op.default.name
+    def _drop_hopeless(self, supported) -> list:
+        """The challengers of ``supported`` that could save their floor (``margin_rule.floor_ms``) over
+        the default's probe at the params' ``fastest_possible_ms()`` (a roofline bound; 0 without one);
+        the others are skipped by design, nothing of theirs compiled (a LLaMA-style step's 10-30 us
+        GEMMs queued thirty Triton compiles that could not have won). When none is left, the default is
+        the choice, complete, and the list is empty."""
         fastest = getattr(self.trial, "fastest_possible_ms", lambda: 0.0)()
-        base = self.probe[default]
-        if not floor or base * PROBE_SLACK - floor >= fastest:
-            return False
-        why = (f"cannot save {floor * 1e3:.1f} us: the default's probe is {base * 1e3:.1f} us and no candidate can "
-               f"take under {fastest * 1e3:.1f} us")
+        base, default = self.probe[self.op.default.name], self.op.default.name
+        kept, why = [], ""
         for c in supported:
+            floor = self._floor(c.name)
+            if not floor or base * PROBE_SLACK - floor >= fastest:
+                kept.append(c)
+                continue
+            why = (f"cannot save {floor * 1e3:.1f} us: the default's probe is {base * 1e3:.1f} us and no candidate "
+                   f"can take under {fastest * 1e3:.1f} us")
             self.records[c.name] = CandidateRecord("skipped", reason=why)
-        self._to_prepare = []
-        self.records[default] = CandidateRecord("chosen", time_ms=base, reason=why)
-        self._finish(default, True)
-        return True
+            self.deferred.add(c.name)
+        self._to_prepare = [(n, p) for n, p in self._to_prepare if n not in self.deferred]
+        if not kept:
+            self.records[default] = CandidateRecord("chosen", time_ms=base, reason=why)
+            self._finish(default, True)
+        return kept
 
     def _check_all(self, supported, expected, survivors):
         """Each candidate checked, then probed, as its preparation allows; a decisive one becomes the incumbent."""
