@@ -2,6 +2,7 @@
 log, and the cubin cache is keyed and written atomically."""
 
 import concurrent.futures
+import importlib.util
 import os
 from importlib import resources
 
@@ -17,7 +18,30 @@ needs_nvrtc = pytest.mark.skipif(nvrtc.available() is not None, reason=f"NVRTC u
 def test_nvrtc_is_installed_in_ci():
     if os.environ.get("CI"):
         assert nvrtc.available() is None, nvrtc.available()
+        assert nvrtc.nvrtc_version() >= (12, 0)  # and it loads: available() reads metadata only
     assert SOURCES, "no .cu sources shipped"
+
+
+def test_available_answers_from_metadata_without_loading_cuda_bindings(monkeypatch):
+    """With an NVRTC wheel and cuda-bindings installed, available() loads neither (bindings() is not
+    called); without the wheel it loads them, and their failure is its answer."""
+    if importlib.util.find_spec("cuda.bindings") is None:
+        pytest.skip("cuda-bindings is not installed here")
+    loaded = []
+
+    def bindings():
+        loaded.append(True)
+        raise RuntimeError("cuda-bindings failed to load")
+    monkeypatch.setattr(nvrtc, "bindings", bindings)
+    monkeypatch.setattr(nvrtc, "_wheel_release", lambda: "nvidia-cuda-nvrtc 13.0.88")
+    nvrtc._installed.cache_clear()
+    try:
+        assert nvrtc.available() is None and not loaded
+        monkeypatch.setattr(nvrtc, "_wheel_release", lambda: None)
+        nvrtc._installed.cache_clear()
+        assert "failed to load" in nvrtc.available() and loaded
+    finally:
+        nvrtc._installed.cache_clear()
 
 
 @needs_nvrtc

@@ -172,7 +172,7 @@ def stand_in(entry: Entry, by_name: dict, default, margin: float):
     """What runs while the shipped choice prepares: the fastest other candidate the entry timed, when
     it beat the default by the margin; None when the default is as good. Whether it supports the
     call's params is asked on the worker that prepares it (:func:`start_preparing`): a CUDA C
-    candidate's answer imports cuda-bindings, 0.1 s the caller must not wait."""
+    candidate's answer may load cuda-bindings (0.1 s) where NVRTC is not a pip wheel."""
     default_rec = entry.candidates.get(default.name)
     default_ms = default_rec.time_ms if default_rec is not None else None
     timed = sorted((r.time_ms, name) for name, r in entry.candidates.items()
@@ -209,9 +209,10 @@ class Preparation:
     prepared when the choice is not ready within :data:`STAND_IN_AFTER_MS`, and before the choice
     when the choice is the process's first Triton kernel: Triton's start would otherwise hold the
     interpreter while the stand-in loads (a stand-in ready after 0.19 s instead of milliseconds, H100).
-    Such a choice takes 0.6-1.6 s to prepare (Triton's import, its key, gcc builds): the first call
-    then waits for nothing, the default running it (waiting for the stand-in's preparation, which
-    imports cuda-bindings, made it 80-140 ms, H100)."""
+    Such a choice takes 0.4-1.8 s to prepare (Triton's import and start; with empty caches its gcc
+    builds): the first call waits for nothing, the default running it until the stand-in is ready
+    (18 ms after the first call on the H100, its cubins shipped; 80-140 ms while its support check
+    loaded cuda-bindings)."""
 
     def __init__(self, resolution, params, pick_stand_in):
         self.resolution, self.params, self._pick = resolution, params, pick_stand_in
