@@ -38,7 +38,7 @@ from tunekit.bench.suites.common import DTYPES  # noqa: E402
 from tunekit.bench.suites.first_use import FAMILIES, signatures  # noqa: E402
 from tunekit.offline.tune_one import tune_params  # noqa: E402
 from tunekit.tunable import context, registry, shipped, validators  # noqa: E402
-from tunekit.backends import shipped_kernels  # noqa: E402
+from tunekit.backends import shipped_kernels, triton_kept_files  # noqa: E402
 from tunekit.backends.cache import cache_dir  # noqa: E402
 from tunekit.tunable.entries import write_csv  # noqa: E402
 from tunekit.tunable.results import ResultsStore  # noqa: E402
@@ -72,6 +72,10 @@ def bundle_only(families, device, target: Path) -> int:
     """Prepare every shipped choice of ``target`` (this process's caches must start empty) and write
     the kernels bundle beside it."""
     table = shipped.entries_for(target)
+    here = str(".".join(map(str, torch.cuda.get_device_capability(device)))) if device.type == "cuda" else None
+    other = {e.validators.get("compute_capability") for e in table.values()} - {here}
+    if other:
+        raise SystemExit(f"{target.name}: entries for compute capability {sorted(map(str, other))}, this GPU is {here}")
     for label, _, make in work(families, device):
         op, params = make()
         entry = table.get((op.name, params.signature()))
@@ -87,8 +91,10 @@ def bundle_only(families, device, target: Path) -> int:
     except ImportError:
         triton_version = None
     bundle = shipped_kernels.bundle_for(target)
-    cubins, kernels = shipped_kernels.write_bundle(bundle, cache_dir("cubin"), triton_dir, triton_version)
-    print(f"wrote {bundle}: {cubins} cubins, {kernels} Triton kernels ({bundle.stat().st_size / 1e3:.0f} kB)")
+    cubins, kernels, kept = shipped_kernels.write_bundle(bundle, cache_dir("cubin"), triton_dir, triton_version,
+                                                         cache_dir(triton_kept_files.STATIC_DIR_KIND))
+    print(f"wrote {bundle}: {cubins} cubins, {kernels} Triton kernels, {kept} kept Triton launches "
+          f"({bundle.stat().st_size / 1e3:.0f} kB)")
     return 0
 
 
@@ -98,7 +104,7 @@ def bundle_in_fresh_process(args) -> int:
     env = {**os.environ, "TUNEKIT_CACHE": str(fresh / "tunekit"), "TRITON_CACHE_DIR": str(fresh / "triton"),
            "TUNEKIT_USE_SHIPPED": "0"}
     cmd = [sys.executable, __file__, "--bundle-here", "--out", args.out, "--families", args.families,
-           "--device", args.device]
+           "--device", args.device] + (["--for-device", args.for_device] if args.for_device else [])
     return subprocess.call(cmd, env=env)
 
 
@@ -114,12 +120,20 @@ def main(argv=None) -> int:
                          "GEMM candidate) and bundle every family's kernels")
     ap.add_argument("--bundle-only", action="store_true",
                     help="only write the kernels bundle of the shipped file in --out (in a process with empty caches)")
+    ap.add_argument("--for-device", default=None,
+                    help="with --bundle-only: the GPU model whose shipped file's bundle is written (default: this "
+                         "GPU); builds are per architecture, so another model of this GPU's compute capability "
+                         "(an H200's bundle on an H100)")
     ap.add_argument("--bundle-here", action="store_true", help=argparse.SUPPRESS)  # that process
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
     name = validators.device_name(device)
+    if args.for_device:
+        if not (args.bundle_only or args.bundle_here):
+            ap.error("--for-device needs --bundle-only")
+        name = args.for_device
     target = shipped.file_for(name, Path(args.out))
     target.parent.mkdir(parents=True, exist_ok=True)
     if args.bundle_here:

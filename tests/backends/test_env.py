@@ -9,7 +9,8 @@ import pytest
 
 from tunekit.backends import cache, cuda, env, extension, fast_call, fast_launch
 
-SWITCHES = ["TUNEKIT_FAST_CALL", "TUNEKIT_FAST_LAUNCH", "TUNEKIT_PDL", "TUNEKIT_TRITON_SUBPROCESS"]
+SWITCHES = ["TUNEKIT_FAST_CALL", "TUNEKIT_FAST_LAUNCH", "TUNEKIT_PDL", "TUNEKIT_TRITON_SUBPROCESS",
+            "TUNEKIT_TRITON_STATIC"]
 assert set(SWITCHES) == set(env.SWITCHES)
 
 

@@ -189,3 +189,41 @@ def test_the_launch_config_matches_cuda_h(tmp_path):
         pytest.skip("no cuda.h on this machine")
     extension.build("fast_launch.c", "tunekit_fast_launch", flags=("-Wall", "-Werror", "-DTUNEKIT_CHECK_CUDA_H",
                                                                     f"-I{found[0]}"), directory=tmp_path)
+
+
+def test_launch_grid_packs_a_triton_launch(module):
+    """A 3-D grid, dynamic shared memory, and Triton's parameter kinds: None as a null pointer, a
+    float as float32 bits in the slot's low half, ints as 64 bits, tensors as their addresses."""
+    import struct
+
+    x = torch.randn(8)
+    driver = RecordingDriver(n_args=5)
+    module.launch_grid(driver.address, 0xBEEF, 3, 2, 5, 128, 98304, 0x7000, x, None, 1.5, -3, 1 << 40)
+    (call,) = driver.calls
+    assert call["function"] == 0xBEEF and call["grid"] == (3, 2, 5) and call["block"] == (128, 1, 1)
+    assert call["shared"] == 98304 and call["stream"] == 0x7000
+    assert call["values"] == [x.data_ptr(), 0, struct.unpack("<I", struct.pack("<f", 1.5))[0], 2**64 - 3, 1 << 40]
+
+
+def test_launch_grid_takes_as_many_parameters_as_a_gemm_kernel_and_refuses_more(module):
+    values = list(range(module.MAX_GRID_ARGS))
+    driver = RecordingDriver(n_args=len(values))
+    module.launch_grid(driver.address, 1, 1, 1, 1, 32, 0, 0, *values)
+    assert driver.calls[0]["values"] == values and module.MAX_GRID_ARGS >= 32
+    with pytest.raises(TypeError):
+        module.launch_grid(driver.address, 1, 1, 1, 1, 32, 0, 0, *values, 0)
+    for args, error in (((0, 1, 1, 32, 0, 0), ValueError),  # empty grid
+                        ((1, 1, 1, 32, 2**32, 0), ValueError),  # shared over 32 bits
+                        ((1, 1, 1, 0, 0, 0), ValueError),  # no threads
+                        ((1, 1, 1, 32, 0, 0, "not a tensor"), AttributeError)):
+        with pytest.raises(error):
+            module.launch_grid(driver.address, 1, *args)
+    assert len(driver.calls) == 1
+
+
+def test_launch_grid_retries_once_after_the_hook_binds_a_context(module, hook):
+    driver = FailingFirst(n_args=1)
+    calls = hook(driver.bind)
+    module.launch_grid(driver.address, 0xF1, 2, 2, 1, 64, 1024, 0x10, 9)
+    assert len(calls) == 1 and len(driver.calls) == 2 and driver.calls[0] == driver.calls[1]
+    assert driver.calls[1]["grid"] == (2, 2, 1) and driver.calls[1]["shared"] == 1024

@@ -9,6 +9,7 @@ import torch
 
 from tunekit.tunable import TunekitWarning, context, results_store, shipped, tuning, validators
 from tunekit.tunable.errors import ResultsImportError
+from tunekit.tunable.preparations import NeedsCompiler, compilers_allowed
 from tunekit.tunable.entries import write_csv
 from tunekit.tunable.results import ResultsStore
 
@@ -234,15 +235,24 @@ def test_a_stand_in_runs_while_a_slow_shipped_choice_prepares(ship, tmp_path):
     assert op.runs["medium"] == 1
 
 
+def compiling(prepare):
+    """A prepare that must compile: under kept-builds-only it raises NeedsCompiler, as Triton's launch does."""
+    def run(p):
+        if not compilers_allowed():
+            raise NeedsCompiler("no kept build")
+        return prepare(p)
+    return run
+
+
 def test_the_first_triton_choice_of_a_process_prepares_its_stand_in_first(ship, tmp_path, monkeypatch):
-    """The choice's preparation would start Triton (holding the interpreter for 0.2-0.4 s): the
-    stand-in is prepared first, the choice's preparation starts after it; the first call waits for
-    neither (the default runs it), later calls run the stand-in once it is ready; once a Triton choice
-    was prepared, the next one goes first again."""
+    """The choice's preparation would start Triton (holding the interpreter for 0.2-0.4 s) and no
+    kept build spares it: the stand-in is prepared first, the choice's preparation starts after it;
+    the first call waits for neither (the default runs it), later calls run the stand-in once it is
+    ready; once a Triton choice was prepared, the next one goes first again."""
     x = torch.randn(64)
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     order, release = [], threading.Event()
-    op = op_whose("medium", lambda p: (order.append("choice"), release.wait(30)))
+    op = op_whose("medium", compiling(lambda p: (order.append("choice"), release.wait(30))))
     triton_like = type("TritonLike", (Preparing,), {"__module__": "tunekit.ops.fake.triton_candidates"})
     choice = triton_like(op.candidate("medium").inner, op.candidate("medium").prepare)
     op._by_name["medium"] = choice
@@ -270,6 +280,49 @@ def test_the_first_triton_choice_of_a_process_prepares_its_stand_in_first(ship, 
     finally:
         stand_in_ready.set()
         release.set()
+
+
+def triton_choice_op(ship, tmp_path, x, prepare):
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    op = op_whose("medium", lambda p: None)
+    triton_like = type("TritonLike", (Preparing,), {"__module__": "tunekit.ops.fake.triton_candidates"})
+    op._by_name["medium"] = triton_like(op.candidate("medium").inner, prepare)
+    stand_ins = []
+    op._by_name["fast"] = Preparing(op.candidate("fast"), lambda p: stand_ins.append(p))
+    return op, stand_ins
+
+
+def test_the_first_triton_choice_runs_at_the_first_call_when_its_builds_were_kept(ship, tmp_path, monkeypatch):
+    """Its kept builds load without Triton (kept-builds-only preparation): the first call runs the
+    choice, no stand-in is prepared, and Triton counts as not started."""
+    x = torch.randn(64)
+    modes = []
+    op, stand_ins = triton_choice_op(ship, tmp_path, x, lambda p: modes.append(compilers_allowed()))
+    monkeypatch.setattr(shipped, "_triton_prepared", False)
+    with tuning(max_tuning_ms=20_000):
+        op(ScaleParams(x))
+    assert dict(op.runs) == {"medium": 1} and modes == [False] and stand_ins == []
+    assert not shipped._triton_prepared
+
+
+def test_kept_builds_slower_than_the_wait_leave_the_first_call_to_the_default(ship, tmp_path, monkeypatch):
+    """The first call waits at most KEPT_WAIT_MS for kept builds, then runs the default; the choice
+    runs once they are loaded."""
+    x = torch.randn(64)
+    loaded = threading.Event()
+    op, _ = triton_choice_op(ship, tmp_path, x, lambda p: loaded.wait(30))
+    monkeypatch.setattr(shipped, "_triton_prepared", False)
+    try:
+        with tuning(max_tuning_ms=20_000):
+            t0 = time.perf_counter()
+            op(ScaleParams(x))
+            waited = time.perf_counter() - t0
+            assert dict(op.runs) == {"ref": 1} and waited < 1.0
+            loaded.set()
+            assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
+    finally:
+        loaded.set()
+    assert waited >= shipped.KEPT_WAIT_MS / 1e3 * 0.9  # it did wait for the load, not longer
 
 
 def test_every_triton_candidate_is_known_as_one():
@@ -303,7 +356,7 @@ def test_a_choice_whose_preparation_cannot_start_fails_instead_of_pending(ship, 
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     op = op_whose("medium", lambda p: None)
     triton_like = type("TritonLike", (Preparing,), {"__module__": "tunekit.ops.fake.triton_candidates"})
-    op._by_name["medium"] = triton_like(op.candidate("medium").inner, lambda p: None)
+    op._by_name["medium"] = triton_like(op.candidate("medium").inner, compiling(lambda p: None))
     monkeypatch.setattr(shipped, "_triton_prepared", False)
     real = shipped.start_preparing
 

@@ -38,6 +38,9 @@ class _LibCuda:
 
     #: CU_GET_PROC_ADDRESS_LEGACY_STREAM (cuda.h)
     LEGACY_STREAM = 1
+    #: entry points older drivers lack: cuGetProcAddress_v2 (before CUDA 12: exported symbols serve),
+    #: cuFuncGetParamInfo (before CUDA 12.4: Triton kernels launch through Triton)
+    OPTIONAL = ("cuGetProcAddress_v2", "cuFuncGetParamInfo")
 
     def __init__(self, lib: ctypes.CDLL):
         self._lib = lib
@@ -49,10 +52,13 @@ class _LibCuda:
                            ("cuDevicePrimaryCtxRetain", [ctypes.POINTER(p), c_int]),
                            ("cuDriverGetVersion", [ctypes.POINTER(c_int)]),
                            ("cuThreadExchangeStreamCaptureMode", [ctypes.POINTER(c_int)]),
+                           ("cuFuncSetAttribute", [p, c_int, c_int]),
+                           ("cuFuncGetParamInfo", [p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                                                   ctypes.POINTER(ctypes.c_size_t)]),
                            ("cuGetProcAddress_v2", [ctypes.c_char_p, ctypes.POINTER(p), c_int, u64,
                                                     ctypes.POINTER(c_int)])):
             fn = getattr(lib, name, None)
-            if fn is None and name == "cuGetProcAddress_v2":  # a driver before CUDA 12: exported symbols serve
+            if fn is None and name in self.OPTIONAL:
                 continue
             fn.argtypes, fn.restype = args, c_int
 
@@ -66,6 +72,18 @@ class _LibCuda:
 
     def cuModuleGetFunction(self, module: int, name: bytes):
         return self._out("cuModuleGetFunction", ctypes.c_void_p, module, name)
+
+    def cuFuncSetAttribute(self, function: int, attribute: int, value: int):
+        return (self._lib.cuFuncSetAttribute(function, attribute, value),)
+
+    def cuFuncGetParamInfo(self, function: int, index: int):
+        """``(error, offset, size)`` of the kernel's parameter ``index``; error 1 (invalid value) past
+        the last one; 500 (not found) where the driver lacks the call."""
+        if getattr(self._lib, "cuFuncGetParamInfo", None) is None:
+            return 500, 0, 0
+        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+        err = self._lib.cuFuncGetParamInfo(function, index, ctypes.byref(offset), ctypes.byref(size))
+        return err, offset.value, size.value
 
     def cuCtxGetCurrent(self):
         return self._out("cuCtxGetCurrent", ctypes.c_void_p)

@@ -2,7 +2,7 @@
 error that names the variable, never silently taken as the default.
 
 - Switches (``TUNEKIT_FAST_CALL``, ``TUNEKIT_FAST_LAUNCH``, ``TUNEKIT_PDL``,
-  ``TUNEKIT_TRITON_SUBPROCESS``): exactly one of
+  ``TUNEKIT_TRITON_SUBPROCESS``, ``TUNEKIT_TRITON_STATIC``): exactly one of
   1/0, true/false, yes/no, on/off (any case, surrounding whitespace ignored); unset means the
   default. Anything else, the empty string included, raises :class:`SettingError`.
 - ``import tunekit`` checks them (and ``TUNEKIT_CACHE``), like the runtime's settings; their values
@@ -24,7 +24,7 @@ __all__ = ["SettingError", "switch", "check_switches", "SWITCHES", "SWITCH_VALUE
 
 #: the backends' switches, each with its default
 SWITCHES = {"TUNEKIT_FAST_CALL": True, "TUNEKIT_FAST_LAUNCH": True, "TUNEKIT_PDL": True,
-            "TUNEKIT_TRITON_SUBPROCESS": True}
+            "TUNEKIT_TRITON_SUBPROCESS": True, "TUNEKIT_TRITON_STATIC": True}
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")

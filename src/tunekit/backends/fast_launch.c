@@ -16,6 +16,14 @@
  * ends (Hopper's programmatic dependent launch); the kernel must wait (griddepcontrol.wait) before
  * reading what that kernel wrote.
  *
+ * launch_grid(entry, function, grid_x, grid_y, grid_z, block, shared, stream, *args) -> None
+ *
+ * The launch of a Triton-compiled kernel (tunekit.backends.triton_static): a 3-D grid, dynamic
+ * shared memory of `shared` bytes, and up to MAX_GRID_ARGS parameters, each an int (64 bits), None
+ * (a null pointer), a float (stored as float32: Triton passes Python floats as fp32 parameters) or
+ * an object with data_ptr(). Each parameter sits in an 8-byte slot, so a 4-byte parameter reads
+ * the slot's low half (little-endian hosts: x86-64 and aarch64).
+ *
  * set_context_hook(hook) -> the previous hook (or None)
  *
  * hook:     None, or a callable of no arguments that the launches call after the driver refused one:
@@ -36,6 +44,8 @@
 
 #define FIXED_ARGS 5
 #define MAX_KERNEL_ARGS 16
+#define GRID_FIXED_ARGS 8
+#define MAX_GRID_ARGS 64
 
 typedef int (*launch_kernel_fn)(void *f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                                 unsigned int block_x, unsigned int block_y, unsigned int block_z,
@@ -198,12 +208,67 @@ static PyObject *launch_dependent(PyObject *self, PyObject *const *args, Py_ssiz
   return result("cuLaunchKernelEx", err);
 }
 
+/* launch_grid's parameter: an int, None, a float (as float32) or a tensor's data_ptr(). */
+static int as_grid_value(PyObject *o, uint64_t *out) {
+  if (o == Py_None) {
+    *out = 0;
+    return 0;
+  }
+  if (PyFloat_Check(o)) {
+    float f = (float)PyFloat_AS_DOUBLE(o);
+    *out = 0;
+    memcpy(out, &f, sizeof f);
+    return 0;
+  }
+  return as_value(o, out);
+}
+
+static PyObject *launch_grid(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs < GRID_FIXED_ARGS || nargs > GRID_FIXED_ARGS + MAX_GRID_ARGS) {
+    PyErr_Format(PyExc_TypeError,
+                 "launch_grid(entry, function, grid_x, grid_y, grid_z, block, shared, stream, *args) takes %d to %d "
+                 "arguments (%zd given)", GRID_FIXED_ARGS, GRID_FIXED_ARGS + MAX_GRID_ARGS, nargs);
+    return NULL;
+  }
+  void *entry_address, *function, *stream;
+  unsigned int grid[3], block, shared;
+  if (as_address(args[0], &entry_address) || as_address(args[1], &function) || as_dim(args[2], "grid_x", &grid[0]) ||
+      as_dim(args[3], "grid_y", &grid[1]) || as_dim(args[4], "grid_z", &grid[2]) || as_dim(args[5], "block", &block))
+    return NULL;
+  unsigned long shared_bytes = PyLong_AsUnsignedLong(args[6]);
+  if (shared_bytes == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+  if (shared_bytes > 0xFFFFFFFFul) {
+    PyErr_SetString(PyExc_ValueError, "launch_grid: shared must be below 2^32");
+    return NULL;
+  }
+  shared = (unsigned int)shared_bytes;
+  if (as_address(args[7], &stream)) return NULL;
+  if (entry_address == NULL || function == NULL) {
+    PyErr_SetString(PyExc_ValueError, "launch_grid: null entry point or function");
+    return NULL;
+  }
+  uint64_t values[MAX_GRID_ARGS];
+  void *params[MAX_GRID_ARGS];
+  for (Py_ssize_t i = 0; i < nargs - GRID_FIXED_ARGS; ++i) {
+    if (as_grid_value(args[GRID_FIXED_ARGS + i], &values[i])) return NULL;
+    params[i] = &values[i];
+  }
+  const launch_kernel_fn entry = (launch_kernel_fn)entry_address;
+  int err = entry(function, grid[0], grid[1], grid[2], block, 1, 1, shared, stream, params, NULL);
+  if (err != 0 && context_was_bound()) err = entry(function, grid[0], grid[1], grid[2], block, 1, 1, shared, stream, params, NULL);
+  return result("cuLaunchKernel", err);
+}
+
 static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(entry, function, grid, block, stream, *args): call cuLaunchKernel (see the file's comment)"},
     {"launch_dependent", (PyCFunction)(void (*)(void))launch_dependent, METH_FASTCALL,
      "launch_dependent(entry, function, grid, block, stream, *args): call cuLaunchKernelEx with programmatic "
      "stream serialization (see the file's comment)"},
+    {"launch_grid", (PyCFunction)(void (*)(void))launch_grid, METH_FASTCALL,
+     "launch_grid(entry, function, grid_x, grid_y, grid_z, block, shared, stream, *args): a Triton kernel's "
+     "launch through cuLaunchKernel (see the file's comment)"},
     {"set_context_hook", set_context_hook, METH_O,
      "set_context_hook(hook): called after a refused launch, True to retry it once (see the file's comment)"},
     {NULL, NULL, 0, NULL},
@@ -215,7 +280,8 @@ PyMODINIT_FUNC PyInit_tunekit_fast_launch(void) {
   data_ptr_name = PyUnicode_InternFromString("data_ptr");
   if (data_ptr_name == NULL) return NULL;
   PyObject *m = PyModule_Create(&module);
-  if (m != NULL && PyModule_AddIntConstant(m, "MAX_KERNEL_ARGS", MAX_KERNEL_ARGS) < 0) {
+  if (m != NULL && (PyModule_AddIntConstant(m, "MAX_KERNEL_ARGS", MAX_KERNEL_ARGS) < 0 ||
+                    PyModule_AddIntConstant(m, "MAX_GRID_ARGS", MAX_GRID_ARGS) < 0)) {
     Py_DECREF(m);
     return NULL;
   }

@@ -27,7 +27,7 @@ import os
 from . import extension, thread_context
 from .driver import entry_point
 
-__all__ = ["load", "unavailable", "build", "driver_entry_point"]
+__all__ = ["load", "unavailable", "build", "driver_entry_point", "when_loaded"]
 
 _MODULE = "tunekit_fast_launch"
 
@@ -50,6 +50,11 @@ def _load():
 def load():
     """The built extension module (its ``launch`` function), or None (see :func:`unavailable`)."""
     return _load()[0]
+
+
+#: ``when_loaded(install)``: ``install(module)`` once the extension is loaded, built on a worker of its
+#: own meanwhile (kept Triton launches go through ctypes until then: ``backends/triton_static.py``)
+when_loaded = extension.when_loaded_by(_load, "tunekit-fast-launch")
 
 
 def unavailable() -> str | None:

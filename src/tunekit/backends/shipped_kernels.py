@@ -14,7 +14,10 @@ the chosen candidates: ``tunekit/pretuned/<GPU model>.kernels.zip`` holding
   options, the target), so an entry is found only where Triton would compile the same kernel; they
   are copied into the user's Triton cache, through Triton's cache manager, before the first Triton
   warm-up of a process, and only when the installed Triton is the version that made them
-  (``triton/VERSION``).
+  (``triton/VERSION``);
+- ``static/<file>.kernel``: the same Triton kernels as :mod:`tunekit.backends.triton_static` keeps
+  them (cubin and launch recipe, under a name that hashes the call's key, Triton's version, the
+  architecture and the kernels' text), which launch without importing Triton.
 
 Neither changes what runs, only when it is ready; a kernel with no shipped build compiles as before.
 Off, as the shipped results are, with ``TUNEKIT_USE_SHIPPED=0``. Trust: the files are part of the
@@ -30,7 +33,8 @@ import zipfile
 
 from .cache import warn_once
 
-__all__ = ["PRETUNED_DIR", "enabled", "shipped_cubin", "seed_triton_cache", "write_bundle", "bundle_for"]
+__all__ = ["PRETUNED_DIR", "enabled", "shipped_cubin", "shipped_static", "seed_triton_cache", "write_bundle",
+           "bundle_for"]
 
 PRETUNED_DIR = pathlib.Path(__file__).resolve().parents[1] / "pretuned"
 _SUFFIX = ".kernels.zip"
@@ -87,6 +91,13 @@ def shipped_cubin(filename: str, directory: pathlib.Path | None = None) -> bytes
     return data if data is not None and data[:4] == b"\x7fELF" else None
 
 
+def shipped_static(member: str, directory: pathlib.Path | None = None) -> bytes | None:
+    """The shipped member ``static/<file>`` (a kept Triton kernel), or None (none, or shipped builds off)."""
+    if not enabled():
+        return None
+    return _read(PRETUNED_DIR if directory is None else directory, member)
+
+
 _seeded: dict[pathlib.Path, int] = {}
 _seed_lock = threading.Lock()
 
@@ -137,11 +148,13 @@ def _seed(directory: pathlib.Path) -> int:
 
 
 def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathlib.Path | None,
-                 triton_version: str | None) -> tuple[int, int]:
-    """Write the bundle ``path`` from a fresh cubin cache folder and a fresh Triton cache folder (the
-    builds of the shipped choices only); (cubins, Triton kernels) written. Triton's launcher
-    libraries and intermediate files are left out: only kernels' metadata and binaries travel."""
+                 triton_version: str | None, static_dir: pathlib.Path | None = None) -> tuple[int, int, int]:
+    """Write the bundle ``path`` from a fresh cubin cache folder, a fresh Triton cache folder and a
+    fresh folder of kept Triton kernels (the builds of the shipped choices only); (cubins, Triton
+    kernels, kept kernels) written. Triton's launcher libraries and intermediate files are left out:
+    only kernels' metadata and binaries travel."""
     cubins = sorted(cubin_dir.glob("*.cubin")) if cubin_dir.is_dir() else []
+    kept = sorted(static_dir.glob("*.kernel")) if static_dir is not None and static_dir.is_dir() else []
     kernels = []
     if triton_dir is not None and triton_dir.is_dir():
         for meta in sorted(triton_dir.glob("*/*.json")):
@@ -157,6 +170,8 @@ def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathli
                 z.write(f, f"triton/{f.parent.name}/{f.name}")
         if kernels:
             z.writestr("triton/VERSION", str(triton_version))
+        for f in kept:
+            z.write(f, f"static/{f.name}")
     tmp.replace(path)
     _index.cache_clear()
-    return len(cubins), len(kernels)
+    return len(cubins), len(kernels), len(kept)

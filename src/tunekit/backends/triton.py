@@ -3,25 +3,73 @@ and the checks every Triton candidate shares.
 
 Why lazily: ``import tunekit`` never imports Triton (it costs time and is an optional extra), and
 tests can set ``TRITON_INTERPRET=1`` (run the kernels on CPU tensors in Triton's interpreter) before
-a kernels module is imported and its kernels decorated.
+a kernels module is imported and its kernels decorated. A kernel is named by a :class:`KernelRef`
+(its module and name, read from the module's text): a launch that finds the kernel kept for its
+arguments (:mod:`tunekit.backends.triton_static`) never imports Triton; the others resolve the
+reference and launch through Triton, which then keeps what it built.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import dataclasses
 import functools
 import importlib
+import importlib.util
 import os
 import threading
 
 import torch
 
-from . import thread_context, triton_compile
+from . import thread_context, triton_compile, triton_static
 from .shipped_kernels import seed_triton_cache
+from ..tunable.preparations import NeedsCompiler, compilers_allowed
 
-__all__ = ["NO_TRITON", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
+__all__ = ["NO_TRITON", "KernelRef", "kernel", "interpreted", "device_problem", "on_device", "launch", "warming"]
 
 NO_TRITON = "needs triton (pip install 'tunekit[triton]')"
+
+
+@functools.lru_cache(maxsize=None)
+def _installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _read_module(module: str) -> tuple[frozenset[str], dict]:
+    """What ``tunekit/kernels/triton/<module>.py`` defines, read from its text (no import): the names
+    of its ``@triton.jit`` functions, and its constants written as literals (a GEMM launch reads
+    ``ACTIVATIONS``: importing the module for it would import Triton)."""
+    tree = ast.parse((triton_static.KERNELS_DIR / f"{module}.py").read_text())
+    names, literals = set(), {}
+    for node in tree.body:
+        for d in getattr(node, "decorator_list", ()):
+            d = d.func if isinstance(d, ast.Call) else d
+            if ast.unparse(d) in ("triton.jit", "jit"):
+                names.add(node.name)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                literals[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return frozenset(names), literals
+
+
+def _jit_names(module: str) -> frozenset[str]:
+    return _read_module(module)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRef:
+    """A ``@triton.jit`` kernel of ``tunekit.kernels.triton.<module>`` by name: what :func:`launch`
+    takes. :meth:`resolve` imports Triton and the module (only where a kept kernel will not do)."""
+
+    module: str
+    name: str
+
+    def resolve(self):
+        return getattr(_module(self.module), self.name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,14 +85,26 @@ def _module(name: str):
     return module
 
 
+@functools.lru_cache(maxsize=None)
 def kernel(module: str, name: str):
-    """The ``@triton.jit`` function ``name`` of ``tunekit.kernels.triton.<module>``, or None without Triton."""
+    """``name`` of ``tunekit.kernels.triton.<module>``: a :class:`KernelRef` for a ``@triton.jit``
+    function, a constant written as a literal (neither imports anything), else the module's
+    attribute (Triton imported); None without Triton."""
+    if not _installed():
+        return None
+    jit, literals = _read_module(module)
+    if name in jit:
+        return KernelRef(module, name)
+    if name in literals:
+        return literals[name]
     found = _module(module)
     return None if found is None else getattr(found, name)
 
 
 def interpreted(fn) -> bool:
     """True when ``fn`` was decorated under TRITON_INTERPRET=1 (it then runs on CPU tensors)."""
+    if isinstance(fn, KernelRef):
+        fn = fn.resolve()
     return type(fn).__name__ == "InterpretedFunction"
 
 
@@ -77,17 +137,48 @@ _compiling_lock = threading.Lock()
 
 
 def launch(fn, grid, *args, **kwargs) -> None:
-    """``fn[grid](*args, **kwargs)``; inside :func:`warming`, compile for these arguments without
-    launching (Triton's ``warmup``: the same specialization a launch would compile and cache). Warm-up
+    """``fn[grid](*args, **kwargs)`` (``fn``: a :class:`KernelRef` or a ``@triton.jit`` function);
+    inside :func:`warming`, compile and load for these arguments without launching.
+
+    A reference whose kernel is kept for these arguments (:mod:`tunekit.backends.triton_static`)
+    launches, or loads, without Triton; where none is and :func:`warming` was asked for kept
+    builds only, NeedsCompiler. Otherwise Triton launches, or compiles (Triton's ``warmup``: the
+    same specialization a launch would compile and cache), and what it built is kept. Warm-up
     compiles of one kernel function run one at a time (its cache of specializations is shared);
     different functions compile at once on several worker threads, each compile done by a worker
     process where it can be (:mod:`tunekit.backends.triton_compile`: a compile on a thread takes the
     GIL from the caller's calls). The warm-up also loads the compiled module onto the device
     (milliseconds per kernel that a first launch, inside a tuning check, would otherwise pay); a
     kernel the device cannot hold (shared memory) raises here."""
-    if not (_warming.active and not interpreted(fn)):
-        fn[grid](*args, **kwargs)
-        return
+    ref = fn if type(fn) is KernelRef else None
+    if ref is not None and triton_static.enabled():
+        if not _warming.active:
+            if triton_static.launch(ref.module, ref.name, grid, args, kwargs):
+                return
+        elif _kept(ref, args, kwargs):
+            return
+        elif not compilers_allowed():
+            raise NeedsCompiler(f"{ref.name}: no kept build for these arguments")
+    jit = ref.resolve() if ref is not None else fn
+    if not (_warming.active and not interpreted(jit)):
+        compiled = jit[grid](*args, **kwargs)
+    else:
+        compiled = _warm_up(jit, grid, args, kwargs)
+    if ref is not None and compiled is not None and not interpreted(jit) and triton_static.enabled():
+        triton_static.record(ref.module, ref.name, jit.arg_names, compiled, args, kwargs)
+
+
+def _kept(ref: KernelRef, args, kwargs) -> bool:
+    try:
+        return triton_static.load(ref.module, ref.name, args, kwargs) is not None
+    except triton_static.NotStatic:
+        return False
+
+
+def _warm_up(fn, grid, args, kwargs):
+    """Compile (or find) and load ``fn``'s kernel for these arguments; the CompiledKernel."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        seed_triton_cache()
     with _compiling_lock:
         lock = _compiling.setdefault(id(fn), threading.Lock())
     with lock:
@@ -98,6 +189,7 @@ def launch(fn, grid, *args, **kwargs) -> None:
     load = getattr(compiled, "_init_handles", None)  # Triton's own first-launch step (3.x)
     if load is not None:
         load()
+    return compiled
 
 
 @contextlib.contextmanager
@@ -106,9 +198,8 @@ def warming(device: torch.device | None = None):
     what a candidate's ``prepare`` runs on a worker thread, so a later launch finds its kernel ready.
     ``device`` is made current for the block (a worker thread starts on device 0). The shipped
     Triton builds are copied into Triton's cache first (once per process:
-    :func:`tunekit.backends.shipped_kernels.seed_triton_cache`), so a shipped kernel loads instead of compiling."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        seed_triton_cache()
+    :func:`tunekit.backends.shipped_kernels.seed_triton_cache`, at its first Triton compile), so a
+    shipped kernel loads instead of compiling."""
     before, _warming.active = _warming.active, True
     try:  # capture_relaxed: its loads and allocations never break a user's CUDA graph capture
         with on_device(device) if device is not None else contextlib.nullcontext(), thread_context.capture_relaxed():

@@ -13,6 +13,10 @@ thread so that no call waits 0.1-1 s for a compile (``tunable/session.py``). Two
 - Preparations the session will never check (its choice is made, or its budget ran out) are
   cancelled if they have not started: a worker left compiling after the choice takes the caller's
   GIL for nothing.
+- A preparation may be asked to use kept builds only (:func:`builds_only`): a shipped Triton choice is
+  first prepared that way, so it is ready in milliseconds where its build was kept, and a backend
+  that would have to compile (or start a compiler, as Triton's import) raises
+  :class:`NeedsCompiler` instead (``tunable/shipped.py``).
 - An op may cap how many candidates an online session compiles (``TunableOp.online_preparations``):
   the first ones worth trying, in the op's order (best first); the rest are recorded as skipped for
   offline tuning (``tunekit tune``, which compiles every one), and the entry still counts as complete.
@@ -24,12 +28,37 @@ thread so that no call waits 0.1-1 s for a compile (``tunable/session.py``). Two
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
-__all__ = ["PREPARE_WORKERS", "preparer", "Preparations", "ParkedChoice", "park"]
+__all__ = ["PREPARE_WORKERS", "preparer", "Preparations", "ParkedChoice", "park", "NeedsCompiler",
+           "compilers_allowed", "builds_only"]
+
+
+class NeedsCompiler(RuntimeError):
+    """A preparation asked for kept builds only (:func:`builds_only`) met one it would have to compile."""
+
+
+_compilers = contextvars.ContextVar("tunekit_compilers_allowed", default=True)
+
+
+def compilers_allowed() -> bool:
+    """False inside :func:`builds_only`: backends must then raise NeedsCompiler rather than compile."""
+    return _compilers.get()
+
+
+@contextlib.contextmanager
+def builds_only():
+    """A block whose preparations may load kept builds but not compile (nor import a compiler)."""
+    token = _compilers.set(False)
+    try:
+        yield
+    finally:
+        _compilers.reset(token)
 
 #: worker threads for preparations: compilers release the GIL (NVRTC) or run as subprocesses
 #: (Triton's ptxas), so a few compile at once; the caller's thread keeps one core

@@ -25,6 +25,7 @@ default, so no call waits seconds for a compiler and few run torch's slower kern
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import contextvars
 import csv
 import functools
@@ -35,10 +36,11 @@ import threading
 
 from .entries import Entry, from_csv, load_rows, read_csv
 from .errors import ResultsImportError
-from .preparations import preparer
+from .preparations import builds_only, preparer
 
 __all__ = ["SHIPPED_DIR", "file_for", "shipped_entry", "problems", "entries_for", "forget_files", "start_preparing",
-           "preparation_problem", "PENDING", "Preparation", "stand_in", "uses_triton", "STAND_IN_AFTER_MS"]
+           "preparation_problem", "PENDING", "Preparation", "stand_in", "uses_triton", "STAND_IN_AFTER_MS",
+           "KEPT_WAIT_MS"]
 
 SHIPPED_DIR = pathlib.Path(__file__).resolve().parents[1] / "pretuned"
 #: environment facts that must be equal; those in _MINOR only up to the minor version
@@ -142,11 +144,12 @@ def _stand_in_worker() -> concurrent.futures.ThreadPoolExecutor:
         return _stand_in_pool
 
 
-def start_preparing(candidate, params, *, check_support: bool = False) -> concurrent.futures.Future:
+def start_preparing(candidate, params, *, check_support: bool = False, kept_only: bool = False) -> concurrent.futures.Future:
     """``candidate.prepare(params)`` on a preparation worker, in the caller's context (its
     ``tuning()`` settings: whether shipped builds may be used); done at once when there is nothing
     to do. ``check_support`` (a stand-in, on its own worker): first ``candidate.supports(params)``,
-    a refusal failing the Future."""
+    a refusal failing the Future. ``kept_only``: loading kept builds only, NeedsCompiler failing
+    the Future where one would have to be compiled (:func:`~tunekit.tunable.preparations.builds_only`)."""
     prepare = getattr(candidate, "prepare", None)
     if prepare is None and not check_support:
         done = concurrent.futures.Future()
@@ -158,7 +161,8 @@ def start_preparing(candidate, params, *, check_support: bool = False) -> concur
         if why is not None:
             raise RuntimeError(f"{candidate.name} does not support these inputs: {why}")
         if prepare is not None:
-            prepare(params)
+            with builds_only() if kept_only else contextlib.nullcontext():
+                prepare(params)
     pool = _stand_in_worker() if check_support else preparer()
     return pool.submit(contextvars.copy_context().run, job)
 
@@ -185,6 +189,9 @@ def stand_in(entry: Entry, by_name: dict, default, margin: float):
     return None
 
 
+#: how long a first call waits for a Triton choice's kept builds to load (2-5 ms per cubin, H100)
+KEPT_WAIT_MS = 20.0
+
 #: whether a Triton choice was prepared in this process: the first pays Triton's import and its
 #: runtime's start (0.2-0.4 s of the interpreter on the H100, while torch.compile's import of Triton
 #: leaves most of it), later ones milliseconds
@@ -206,33 +213,56 @@ def uses_triton(candidate) -> bool:
 class Preparation:
     """A shipped choice preparing on a worker, and what runs until it is ready: a stand-in (the
     fastest other candidate the entry timed, :func:`stand_in`), else the default. The stand-in is
-    prepared when the choice is not ready within :data:`STAND_IN_AFTER_MS`, and before the choice
-    when the choice is the process's first Triton kernel: Triton's start would otherwise hold the
-    interpreter while the stand-in loads (a stand-in ready after 0.19 s instead of milliseconds, H100).
-    Such a choice takes 0.4-1.8 s to prepare (Triton's import and start; with empty caches its gcc
-    builds): the first call waits for nothing, the default running it until the stand-in is ready
-    (18 ms after the first call on the H100, its cubins shipped; 80-140 ms while its support check
-    loaded cuda-bindings)."""
+    prepared when the choice is not ready within :data:`STAND_IN_AFTER_MS`.
+
+    The process's first Triton choice is first prepared from kept builds only (``kept_only``: the
+    cubins Triton built, shipped or kept by an earlier process, launched without Triton,
+    ``backends/triton_static.py``): ready in milliseconds, and the first call waits for it up to
+    :data:`KEPT_WAIT_MS`. Where a build would have to be compiled, that attempt fails at once,
+    and then the stand-in is prepared before the choice: Triton's start would otherwise hold the
+    interpreter while the stand-in loads (a stand-in ready after 0.19 s instead of milliseconds,
+    H100). Such a choice takes 0.4-1.8 s to prepare (Triton's import and start; with empty caches
+    its gcc builds): the first call waits for nothing, the default running it until the stand-in
+    is ready (18 ms after the first call on the H100, its cubins shipped)."""
 
     def __init__(self, resolution, params, pick_stand_in):
         self.resolution, self.params, self._pick = resolution, params, pick_stand_in
-        self.stand_in, self._stand_in_future = None, None
+        self.stand_in, self._stand_in_future, self._kept = None, None, None
         self._slow = uses_triton(resolution.candidate) and not _triton_prepared
         if self._slow:
-            self._start_stand_in()
-        if self._stand_in_future is None:
+            self.future = concurrent.futures.Future()
+            try:
+                self._kept = start_preparing(resolution.candidate, params, kept_only=True)
+            except Exception as exc:  # noqa: BLE001 - e.g. the worker pool shut down at exit
+                self._kept = concurrent.futures.Future()
+                self._kept.set_exception(exc)
+            self._kept.add_done_callback(self._after_kept)
+        else:
             self.future = start_preparing(resolution.candidate, params)
             if uses_triton(resolution.candidate):
                 self.future.add_done_callback(_note_triton_prepared)
-        else:  # the choice's preparation starts once the stand-in's is done
-            self.future = concurrent.futures.Future()
+
+    def _after_kept(self, done: concurrent.futures.Future) -> None:
+        """The kept-builds attempt ended: the choice is ready, or (it needs compiling) the stand-in,
+        then the choice, are prepared."""
+        if not done.cancelled() and done.exception() is None:
+            self.future.set_result(None)
+            return
+        try:
+            self._start_stand_in()
+        except Exception:  # noqa: BLE001 - e.g. the worker pool shut down at exit: the choice still prepares
+            self._stand_in_future = None
+        if self._stand_in_future is None:
+            self._start_choice()
+        else:
             self._stand_in_future.add_done_callback(lambda _: self._start_choice())
-            self.future.add_done_callback(_note_triton_prepared)
 
     def _start_choice(self) -> None:
-        """The choice's preparation, once the stand-in's is done; its outcome becomes ``future``'s
-        (a preparation that cannot even start fails it: never a Future left pending)."""
+        """The choice's full preparation (compilers allowed), once the stand-in's is done; its
+        outcome becomes ``future``'s (a preparation that cannot even start fails it: never a Future
+        left pending)."""
         def copy(done):
+            _note_triton_prepared(done)
             if done.exception() is not None:
                 self.future.set_exception(done.exception())
             else:
@@ -250,8 +280,13 @@ class Preparation:
     def wait(self, wait_ms: float) -> tuple[str | None, object | None]:
         """(None, None) once the choice is ready, else (why not, the candidate to run meanwhile or
         None for the default), waiting at most ``wait_ms`` for the choice or a ready stand-in."""
-        if self._slow and wait_ms != float("inf"):
-            wait_ms = 0.0  # a second or more: no call waits (see the class)
+        if self._slow:
+            if wait_ms != float("inf"):  # the kept builds' load, never a compile (see the class)
+                concurrent.futures.wait([self._kept], timeout=min(wait_ms, KEPT_WAIT_MS) / 1e3)
+                if self._kept.done() and not self._kept.cancelled() and self._kept.exception() is None:
+                    return None, None
+                wait_ms = 0.0
+            return preparation_problem(self.future, wait_ms), self.meanwhile()
         if wait_ms == float("inf") or wait_ms <= STAND_IN_AFTER_MS:
             return preparation_problem(self.future, wait_ms), self.meanwhile()
         if self._stand_in_future is None:

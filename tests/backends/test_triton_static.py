@@ -1,0 +1,169 @@
+"""Triton kernels launched without Triton (backends/triton_static.py): what a kept kernel is keyed by,
+what its recipe holds, that a recipe is checked against its cubin, where kept files are found, and
+the launch's choice between a kept kernel and Triton. The launches themselves: the GPU tests below."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from tunekit.backends import triton as triton_backend, triton_static
+from tunekit.backends.triton_kept_files import Recipe
+from tunekit.tunable.preparations import NeedsCompiler, builds_only
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def fake_compiled(signature: dict, **metadata):
+    md = dict(name="k", num_warps=4, shared=0, num_ctas=1, launch_pdl=False, launch_cooperative_grid=False,
+              global_scratch_size=0, profile_scratch_size=0, tensordesc_meta=[])
+    md.update(metadata)
+    return types.SimpleNamespace(metadata=types.SimpleNamespace(**md), src=types.SimpleNamespace(signature=signature),
+                                 asm={"cubin": b"\x7fELF-cubin"}, function=0)
+
+
+# -- keys ----------------------------------------------------------------------------------------------
+def test_a_key_holds_every_scalar_by_type_and_value():
+    keys = {triton_static.call_key((v,), {}) for v in (1, 1.0, True, 2, None, "s")}
+    assert len(keys) == 6  # 1, 1.0 and True are equal in Python, never as keys here
+    assert triton_static.call_key((16,), {"BLOCK": 64}) != triton_static.call_key((16,), {"BLOCK": 128})
+
+
+def test_a_key_refuses_what_it_cannot_describe():
+    for arg in (torch.empty(4), (1, 2), object()):  # a CPU tensor (the interpreter's), a tuple, anything else
+        with pytest.raises(triton_static.NotStatic):
+            triton_static.call_key((arg,), {})
+
+
+# -- recipes -------------------------------------------------------------------------------------------
+def test_a_recipe_names_the_arguments_each_parameter_comes_from():
+    sig = {"x_ptr": "*fp32", "out_ptr": "*bf16", "n": "i32", "stride": "constexpr", "eps": "fp32", "big": "i64",
+           "BLOCK": "constexpr"}
+    r = triton_static.recipe_of(list(sig), fake_compiled(sig, shared=1024, global_scratch_size=128),
+                                ("x", "out", 7, 1), {"eps": 1e-6, "big": 2**40, "BLOCK": 64})
+    assert r == Recipe("k", 4, 1024, 128, (0, 1, 2, "eps", "big"), (8, 8, 4, 4, 8))
+    assert Recipe.from_json(r.to_json()) == r
+
+
+@pytest.mark.parametrize("signature, metadata, why", [
+    ({"a": "*fp32", "b": "fp16"}, {}, "type fp16"),
+    ({"a": "*fp32", "b": "i32"}, {"num_ctas": 2}, "clusters"),
+    ({"a": "*fp32", "b": "i32"}, {"launch_pdl": True}, "dependent launch"),
+    ({"a": "*fp32", "b": "i32"}, {"profile_scratch_size": 64}, "profile scratch"),
+    ({"a": "*fp32", "b": "i32"}, {"tensordesc_meta": [{}]}, "tensor descriptors"),
+    ({"a": "*fp32", "c": "i32"}, {}, "parameters differ"),
+])
+def test_kernels_triton_launches_otherwise_get_no_recipe(signature, metadata, why):
+    assert why in triton_static.recipe_of(["a", "b"], fake_compiled(signature, **metadata), ("x", 3), {})
+
+
+def test_a_parameter_left_to_its_default_gets_no_recipe():
+    sig = {"a": "*fp32", "n": "i32"}
+    assert "default" in triton_static.recipe_of(["a", "n"], fake_compiled(sig), ("x",), {})
+
+
+class FakeDriver:
+    """cuFuncGetParamInfo of one kernel whose parameters have ``sizes``."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def cuFuncGetParamInfo(self, function, index):
+        return (0, 8 * index, self.sizes[index]) if index < len(self.sizes) else (1, 0, 0)
+
+
+@pytest.mark.parametrize("cubin_sizes, extras", [
+    ([8, 8, 4, 8, 8], 2),  # Triton 3.5+: global and profile scratch pointers
+    ([8, 8, 4, 8], 1),  # Triton 3.3-3.4: global scratch only
+    ([8, 8, 4], None),  # no scratch pointer: not the launch the recipe knows
+    ([8, 4, 4, 8, 8], None),  # a parameter of another size
+    ([8, 8, 4, 8, 8, 8], None),  # more trailing parameters than Triton adds
+    ([8, 8, 4, 8, 4], None),
+])
+def test_a_recipe_launches_only_a_cubin_whose_parameters_it_matches(monkeypatch, cubin_sizes, extras):
+    monkeypatch.setattr(triton_static, "libcuda", lambda: FakeDriver(cubin_sizes))
+    recipe = Recipe("k", 8, 0, 0, (0, 1, 2), (8, 8, 4))
+    fit = triton_static._fit(0x1234, recipe)
+    assert (fit.extras, fit.block, fit.function) == (extras, 256, 0x1234) if extras else fit is None
+
+
+def test_the_ctypes_launch_packs_as_the_c_extension_does():
+    """What runs while the C extension builds: the same slots (None, float32 bits, ints, addresses)."""
+    import struct
+
+    from launch_recorder import RecordingDriver
+
+    x = torch.randn(8)
+    driver = RecordingDriver(n_args=5)
+    triton_static.ctypes_launch(0xBEEF, 3, 2, 5, 128, 4096, 0x7000, x, None, 1.5, -3, 1 << 40,
+                                entry=triton_static._LAUNCH(driver.address))
+    (call,) = driver.calls
+    assert call["grid"] == (3, 2, 5) and call["block"] == (128, 1, 1) and call["shared"] == 4096
+    assert call["values"] == [x.data_ptr(), 0, struct.unpack("<I", struct.pack("<f", 1.5))[0], 2**64 - 3, 1 << 40]
+    failing = RecordingDriver(n_args=1, result=700)
+    with pytest.raises(RuntimeError, match="CUresult 700"):
+        triton_static.ctypes_launch(1, 1, 1, 1, 32, 0, 0, 7, entry=triton_static._LAUNCH(failing.address))
+
+
+# -- the launch's choice -------------------------------------------------------------------------------
+@pytest.fixture
+def kept(monkeypatch):
+    """triton_static as if enabled, with ``found`` (a dict the test fills: (name) -> kept or None)."""
+    found = {}
+    monkeypatch.setattr(triton_static, "enabled", lambda: True)
+    monkeypatch.setattr(triton_static, "load", lambda module, name, args, kwargs, index=None: found.get(name))
+    monkeypatch.setattr(triton_static, "launch", lambda module, name, grid, args, kwargs: found.get(name) is not None)
+
+    def no_triton(self):
+        raise AssertionError("Triton was reached")
+    monkeypatch.setattr(triton_backend.KernelRef, "resolve", no_triton)
+    return found
+
+
+def test_kept_kernels_launch_and_warm_up_without_reaching_triton(kept):
+    kept["k"] = object()
+    ref = triton_backend.KernelRef("logsumexp", "k")
+    triton_backend.launch(ref, (1,), 1, BLOCK=2)
+    with triton_backend.warming(), builds_only():
+        triton_backend.launch(ref, (1,), 1, BLOCK=2)
+
+
+def test_a_warm_up_for_kept_builds_only_raises_where_triton_would_compile(kept):
+    with triton_backend.warming(), builds_only(), pytest.raises(NeedsCompiler, match="k2"):
+        triton_backend.launch(triton_backend.KernelRef("logsumexp", "k2"), (1,), 1)
+    with pytest.raises(AssertionError, match="Triton was reached"):  # compilers allowed: Triton's turn
+        with triton_backend.warming():
+            triton_backend.launch(triton_backend.KernelRef("logsumexp", "k2"), (1,), 1)
+
+
+def test_kernel_names_jit_functions_without_importing_the_module():
+    ref = triton_backend.kernel("logsumexp", "logsumexp_rows_kernel")
+    if ref is None:
+        pytest.skip("needs Triton")
+    assert ref == triton_backend.KernelRef("logsumexp", "logsumexp_rows_kernel")
+    assert triton_backend._jit_names("gemm") >= {"matmul_kernel", "splitk_reduce_kernel", "matmul_skinny_kernel"}
+    assert "ACTIVATIONS" not in triton_backend._jit_names("gemm")
+    assert isinstance(triton_backend.kernel("gemm", "ACTIVATIONS"), dict)  # not a kernel: the attribute
+
+
+# -- on the GPU ----------------------------------------------------------------------------------------
+@needs_gpu
+@pytest.mark.gpu
+def test_a_kept_kernel_gives_tritons_bits_and_a_new_process_runs_it_without_triton(tmp_path):
+    """logsumexp's rows kernel and the persistent TMA GEMM (global scratch): the first call through
+    Triton, the next through the kept cubin, bit for bit; then a fresh process with the same cache
+    launches both without importing Triton."""
+    env = {**os.environ, "TUNEKIT_CACHE": str(tmp_path / "cache"), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+           "TUNEKIT_USE_SHIPPED": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
+    script = os.path.join(os.path.dirname(__file__), "triton_static_scenario.py")
+    first = json.loads(subprocess.run([sys.executable, script], env=env, check=True, capture_output=True,
+                                      text=True).stdout.splitlines()[-1])
+    assert first["same"] and first["kept"] == first["kernels"] and first["triton_imported"]
+    second = json.loads(subprocess.run([sys.executable, script], env=env, check=True, capture_output=True,
+                                       text=True).stdout.splitlines()[-1])
+    assert second["same"] and second["kept"] == second["kernels"] and not second["triton_imported"]
+    assert second["digest"] == first["digest"]
