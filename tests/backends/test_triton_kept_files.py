@@ -4,6 +4,7 @@ everything a cubin depends on, the file format, tunekit's cache folder and the s
 import os
 import zipfile
 
+import pytest
 import torch  # noqa: F401 - the package's tests import torch first
 
 from tunekit.backends import shipped_kernels, triton_kept_files as files, triton_static
@@ -11,31 +12,55 @@ from tunekit.backends.triton_kept_files import Recipe
 from tunekit.tunable import tuning
 
 
-def test_file_names_change_with_the_key_the_architecture_and_triton_settings(monkeypatch):
+@pytest.mark.parametrize("variable, value", [("TRITON_F32_DEFAULT", "ieee"), ("DISABLE_MMA_V3", "1"),
+                                             ("DISABLE_LLVM_OPT", "1"), ("NVPTX_ENABLE_DUMP", "1")])
+def test_file_names_change_with_the_key_the_architecture_and_codegen_settings(monkeypatch, variable, value):
     key = triton_static.call_key((3, 4.0), {"BLOCK": 64})
     name = files.file_name("logsumexp", "k", key, "sm90")
     assert name == files.file_name("logsumexp", "k", key, "sm90") and name.endswith(".kernel")
     assert name != files.file_name("logsumexp", "k", key, "sm100")
     assert name != files.file_name("logsumexp", "k2", key, "sm90")
     assert name != files.file_name("logsumexp", "k", triton_static.call_key((3, 5.0), {"BLOCK": 64}), "sm90")
-    monkeypatch.setenv("TRITON_F32_DEFAULT", "ieee")  # changes what Triton compiles
+    monkeypatch.setenv(variable, value)  # changes what Triton compiles
     files._build_identity.cache_clear()
     try:
         assert name != files.file_name("logsumexp", "k", key, "sm90")
     finally:
-        monkeypatch.delenv("TRITON_F32_DEFAULT")
+        monkeypatch.delenv(variable)
+        files._build_identity.cache_clear()
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere")  # where Triton keeps builds: not what it builds
+    try:
+        assert name == files.file_name("logsumexp", "k", key, "sm90")
+    finally:
         files._build_identity.cache_clear()
 
 
-def test_kept_files_round_trip_and_damaged_ones_are_ignored(tmp_path, monkeypatch):
+def kept_pair(body: bytes, symbol="k"):
+    image = b"\x7fELF" + body
+    return Recipe(symbol, 4, 0, 0, (0,), (8,), files.cubin_name(image)), image
+
+
+def test_kept_files_round_trip_and_a_cubin_is_stored_once(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path / "cache"))
-    recipe = Recipe("k", 4, 0, 0, (0,), (8,))
-    files.keep("a.kernel", files.encode(recipe, b"\x7fELFbody"))
-    assert files.find("a.kernel") == (recipe, b"\x7fELFbody")
-    files.keep("b.kernel", recipe.to_json().encode() + b"\nnot an ELF image")
-    files.keep("c.kernel", b'{"format": 99}\n\x7fELF')
-    assert files.find("b.kernel") is None and files.find("c.kernel") is None
-    assert oct(os.stat(tmp_path / "cache" / "triton-static" / "a.kernel").st_mode & 0o777) == "0o600"
+    recipe, image = kept_pair(b"body")
+    files.keep("a.kernel", recipe, image)
+    files.keep("b.kernel", recipe, image)  # another shape launching the same cubin
+    assert files.find("a.kernel") == recipe == files.find("b.kernel") and files.cubin(recipe.cubin) == image
+    folder = tmp_path / "cache" / "triton-static"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["a.kernel", "b.kernel", recipe.cubin + ".cubin"])
+    assert oct(os.stat(folder / "a.kernel").st_mode & 0o777) == "0o600"
+
+
+def test_damaged_kept_files_are_never_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path / "cache"))
+    recipe, image = kept_pair(b"body")
+    files.keep("a.kernel", recipe, image)
+    folder = tmp_path / "cache" / "triton-static"
+    (folder / f"{recipe.cubin}.cubin").write_bytes(b"\x7fELFother")  # not the content its name says
+    assert files.cubin(recipe.cubin) is None
+    (folder / "c.kernel").write_bytes(b'{"format": 1, "symbol": "k"}')  # another format
+    (folder / "d.kernel").write_bytes(b"\xff\xfe not json")
+    assert files.find("c.kernel") is None and files.find("d.kernel") is None and files.find("missing.kernel") is None
 
 
 def test_a_shipped_bundle_serves_kept_files_unless_shipped_builds_are_off(tmp_path, monkeypatch):
@@ -44,20 +69,21 @@ def test_a_shipped_bundle_serves_kept_files_unless_shipped_builds_are_off(tmp_pa
     pretuned.mkdir()
     kept = tmp_path / "kept"
     kept.mkdir()
-    recipe = Recipe("k", 4, 0, 0, (0,), (8,))
-    (kept / "s.kernel").write_bytes(files.encode(recipe, b"\x7fELFshipped"))
-    assert shipped_kernels.write_bundle(pretuned / "GPU.kernels.zip", tmp_path / "none", None, None, kept) == (0, 0, 1)
-    assert zipfile.ZipFile(pretuned / "GPU.kernels.zip").namelist() == ["static/s.kernel"]
+    recipe, image = kept_pair(b"shipped")
+    (kept / "s.kernel").write_bytes(recipe.to_json().encode())
+    (kept / f"{recipe.cubin}.cubin").write_bytes(image)
+    assert shipped_kernels.write_bundle(pretuned / "GPU.kernels.zip", tmp_path / "none", None, None, kept) == (0, 0, 2)
+    assert sorted(zipfile.ZipFile(pretuned / "GPU.kernels.zip").namelist()) == sorted(
+        ["static/s.kernel", f"static/{recipe.cubin}.cubin"])
     monkeypatch.setattr(shipped_kernels, "PRETUNED_DIR", pretuned)
     shipped_kernels._index.cache_clear()
     try:
         with tuning(use_shipped=True):  # the tests' default is off
-            assert files.find("s.kernel") == (recipe, b"\x7fELFshipped")
+            assert files.find("s.kernel") == recipe and files.cubin(recipe.cubin) == image
         with tuning(use_shipped=False):
-            assert files.find("s.kernel") is None
+            assert files.find("s.kernel") is None and files.cubin(recipe.cubin) is None
     finally:
         shipped_kernels._index.cache_clear()
-
 
 
 def test_the_triton_version_is_read_without_importing_triton():

@@ -15,9 +15,10 @@ the chosen candidates: ``tunekit/pretuned/<GPU model>.kernels.zip`` holding
   are copied into the user's Triton cache, through Triton's cache manager, before the first Triton
   warm-up of a process, and only when the installed Triton is the version that made them
   (``triton/VERSION``);
-- ``static/<file>.kernel``: the same Triton kernels as :mod:`tunekit.backends.triton_static` keeps
-  them (cubin and launch recipe, under a name that hashes the call's key, Triton's version, the
-  architecture and the kernels' text), which launch without importing Triton.
+- ``static/<key>.kernel`` and ``static/<sha256>.cubin``: the same Triton kernels as
+  :mod:`tunekit.backends.triton_static` keeps them (launch recipes under names that hash the call's
+  key, Triton's version, the architecture and the kernels' text; cubins under their content's
+  hash), which launch without importing Triton.
 
 Neither changes what runs, only when it is ready; a kernel with no shipped build compiles as before.
 Off, as the shipped results are, with ``TUNEKIT_USE_SHIPPED=0``. Trust: the files are part of the
@@ -151,10 +152,10 @@ def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathli
                  triton_version: str | None, static_dir: pathlib.Path | None = None) -> tuple[int, int, int]:
     """Write the bundle ``path`` from a fresh cubin cache folder, a fresh Triton cache folder and a
     fresh folder of kept Triton kernels (the builds of the shipped choices only); (cubins, Triton
-    kernels, kept kernels) written. Triton's launcher libraries and intermediate files are left out:
+    kernels, kept files: recipes and their cubins) written. Triton's launcher libraries and intermediate files are left out:
     only kernels' metadata and binaries travel."""
     cubins = sorted(cubin_dir.glob("*.cubin")) if cubin_dir.is_dir() else []
-    kept = sorted(static_dir.glob("*.kernel")) if static_dir is not None and static_dir.is_dir() else []
+    kept = sorted([*static_dir.glob("*.kernel"), *static_dir.glob("*.cubin")]) if static_dir and static_dir.is_dir() else []
     kernels = []
     if triton_dir is not None and triton_dir.is_dir():
         for meta in sorted(triton_dir.glob("*/*.json")):

@@ -69,7 +69,10 @@ class KernelRef:
     name: str
 
     def resolve(self):
-        return getattr(_module(self.module), self.name)
+        module = _module(self.module)
+        if module is None:
+            raise RuntimeError(f"{self.name}: Triton is installed but cannot be imported")
+        return getattr(module, self.name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,13 +154,13 @@ def launch(fn, grid, *args, **kwargs) -> None:
     (milliseconds per kernel that a first launch, inside a tuning check, would otherwise pay); a
     kernel the device cannot hold (shared memory) raises here."""
     ref = fn if type(fn) is KernelRef else None
-    if ref is not None and triton_static.enabled():
-        if not _warming.active:
-            if triton_static.launch(ref.module, ref.name, grid, args, kwargs):
-                return
-        elif _kept(ref, args, kwargs):
+    if ref is not None and not _warming.active:
+        if triton_static.enabled() and triton_static.launch(ref.module, ref.name, grid, args, kwargs):
             return
-        elif not compilers_allowed():
+    elif ref is not None:
+        if triton_static.enabled() and _kept(ref, args, kwargs):
+            return
+        if not compilers_allowed():
             raise NeedsCompiler(f"{ref.name}: no kept build for these arguments")
     jit = ref.resolve() if ref is not None else fn
     if not (_warming.active and not interpreted(jit)):

@@ -1,13 +1,19 @@
-"""Where kept Triton kernels live (:mod:`tunekit.backends.triton_static`): the launch recipe, the
-file format (the recipe as one JSON line, then the cubin), file names, tunekit's cache folder
-(``triton-static/``, private as every cache folder: ``backends/cache.py``) and the shipped bundles
-(``static/`` members: ``backends/shipped_kernels.py``).
+"""Where kept Triton kernels live (:mod:`tunekit.backends.triton_static`): the launch recipe, its
+files, tunekit's cache folder (``triton-static/``, private as every cache folder:
+``backends/cache.py``) and the shipped bundles (``static/`` members: ``backends/shipped_kernels.py``).
 
-A file's name hashes the call's key with everything the cubin depends on besides it: Triton's
+Two kinds of file. ``<key hash>.kernel``: a call key's recipe, one JSON line, naming its cubin by
+the SHA-256 of its bytes; ``<sha256>.cubin``: the cubin, stored once however many keys (shapes)
+launch it (a key holds exact scalar values, so a program of many shapes makes many keys of few
+cubins), and checked against its name when read.
+
+A key file's name hashes the call's key with everything the cubin depends on besides it: Triton's
 version, the GPU architecture, the text of every file of ``tunekit/kernels/triton/`` (a kernel's
-helpers live beside it) and the process's ``TRITON_*`` / ``MLIR_*`` / ``LLVM_*`` settings (those
-that change what Triton compiles). So a file is found only where Triton would have built the same
-cubin for the same call.
+helpers live beside it) and the process's environment variables that change what Triton compiles
+(``TRITON_*``, ``MLIR_*``, ``LLVM_*``, ``DISABLE_*``, ``NVPTX_*``, ``USE_IR_LOC``: a superset of
+Triton's own cache-invalidating list, read once per process; settings made through
+``triton.knobs`` in Python are not seen). So a key file is found only where Triton would have built
+the same cubin for the same call.
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ from .cache import UntrustedCache, cache_dir, entry_problem, private_dir, warn_o
 from .shipped_kernels import shipped_static
 
 __all__ = ["Recipe", "FORMAT", "KERNELS_DIR", "STATIC_DIR_KIND", "SHIPPED_PREFIX", "triton_version", "file_name",
-           "encode", "decode", "find", "keep"]
+           "cubin_name", "find", "cubin", "keep"]
 
 STATIC_DIR_KIND = "triton-static"
 SHIPPED_PREFIX = "static/"
 KERNELS_DIR = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "triton"
-FORMAT = 1
+FORMAT = 2
+#: the environment variables hashed into every key file's name (see the module), and the exceptions
+_CODEGEN_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "DISABLE_", "NVPTX_", "USE_IR_LOC", "AMDGCN_", "PTXAS_")
 #: settings that do not change what Triton compiles (left out of the environment's hash)
 _NOT_CODEGEN = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_INTERPRET",
                 "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_MANAGER")
@@ -41,7 +49,8 @@ _NOT_CODEGEN = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OV
 class Recipe:
     """What a launch of one compiled kernel needs besides its arguments. ``passed``: per kernel
     parameter in order, the call's positional index (int) or keyword (str) it comes from;
-    ``sizes``: each one's bytes; ``scratch``: global scratch bytes per program (0: none)."""
+    ``sizes``: each one's bytes; ``scratch``: global scratch bytes per program (0: none);
+    ``cubin``: the SHA-256 of the cubin's bytes (its file's name)."""
 
     symbol: str
     num_warps: int
@@ -49,6 +58,7 @@ class Recipe:
     scratch: int
     passed: tuple
     sizes: tuple
+    cubin: str = ""
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
@@ -59,7 +69,7 @@ class Recipe:
         if d.pop("format") != FORMAT:
             raise ValueError("another recipe format")
         return cls(d["symbol"], int(d["num_warps"]), int(d["shared"]), int(d["scratch"]), tuple(d["passed"]),
-                   tuple(int(s) for s in d["sizes"]))
+                   tuple(int(s) for s in d["sizes"]), str(d["cubin"]))
 
 
 def _stable(part) -> str:
@@ -93,7 +103,7 @@ def _build_identity() -> str:
     for f in sorted(KERNELS_DIR.glob("*.py")):
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     for k in sorted(os.environ):
-        if k.startswith(("TRITON_", "MLIR_", "LLVM_")) and k not in _NOT_CODEGEN:
+        if k.startswith(_CODEGEN_PREFIXES) and k not in _NOT_CODEGEN:
             h.update(f"{k}={os.environ[k]}\0".encode())
     return h.hexdigest()
 
@@ -103,18 +113,8 @@ def file_name(module: str, name: str, key: tuple, arch: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:40] + ".kernel"
 
 
-def encode(recipe: Recipe, cubin: bytes) -> bytes:
-    return recipe.to_json().encode() + b"\n" + cubin
-
-
-def decode(data: bytes) -> tuple[Recipe, bytes] | None:
-    head, sep, cubin = data.partition(b"\n")
-    if not sep or cubin[:4] != b"\x7fELF":
-        return None
-    try:
-        return Recipe.from_json(head.decode()), cubin
-    except (ValueError, KeyError, TypeError):
-        return None
+def cubin_name(cubin: bytes) -> str:
+    return hashlib.sha256(cubin).hexdigest()
 
 
 def _folder() -> pathlib.Path | None:
@@ -143,11 +143,7 @@ def _read_kept(fname: str) -> bytes | None:
         return None
 
 
-def keep(fname: str, data: bytes) -> None:
-    """Write a kept file into tunekit's cache (atomically; nothing where the folder cannot be used)."""
-    folder = _folder()
-    if folder is None:
-        return
+def _write(folder: pathlib.Path, fname: str, data: bytes) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=fname, suffix=".tmp")  # mode 0o600
         with os.fdopen(fd, "wb") as f:
@@ -157,12 +153,40 @@ def keep(fname: str, data: bytes) -> None:
         pass  # an unwritable cache only costs Triton's launch in later processes
 
 
-def find(fname: str) -> tuple[Recipe, bytes] | None:
-    """A kept file (tunekit's cache first, then the shipped bundles), decoded; None if neither has it."""
-    for data in (_read_kept(fname), shipped_static(SHIPPED_PREFIX + fname)):
-        found = decode(data) if data else None
-        if found is not None:
-            return found
+def keep(fname: str, recipe: Recipe, cubin: bytes) -> None:
+    """Keep a call key's recipe and its cubin (written once per content) in tunekit's cache,
+    atomically; nothing where the folder cannot be used. ``recipe.cubin`` must name ``cubin``."""
+    folder = _folder()
+    if folder is None:
+        return
+    if not (folder / f"{recipe.cubin}.cubin").is_file():
+        _write(folder, f"{recipe.cubin}.cubin", cubin)
+    _write(folder, fname, recipe.to_json().encode())
+
+
+def _read(fname: str):
+    """A kept file's bytes from tunekit's cache, else the shipped bundles, each as found."""
+    yield _read_kept(fname)
+    yield shipped_static(SHIPPED_PREFIX + fname)
+
+
+def find(fname: str) -> Recipe | None:
+    """A key file's recipe (tunekit's cache first, then the shipped bundles); None if neither has a
+    readable one of this format."""
+    for data in _read(fname):
+        if not data:
+            continue
+        try:
+            return Recipe.from_json(data.decode())
+        except (ValueError, KeyError, TypeError):
+            continue
     return None
 
 
+def cubin(name: str) -> bytes | None:
+    """The cubin whose SHA-256 is ``name``, from tunekit's cache or the shipped bundles; None if
+    neither holds an ELF image of exactly that content."""
+    for data in _read(f"{name}.cubin"):
+        if data and data[:4] == b"\x7fELF" and cubin_name(data) == name:
+            return data
+    return None

@@ -39,10 +39,11 @@ import threading
 import torch
 
 from . import fast_launch, thread_context
+from .cache import warn_once
 from .device import raw_stream
 from .driver import entry_point, libcuda
 from .env import switch
-from .triton_kept_files import KERNELS_DIR, Recipe, encode, file_name, find, keep, triton_version
+from .triton_kept_files import KERNELS_DIR, Recipe, cubin, cubin_name, file_name, find, keep, triton_version
 
 __all__ = ["NotStatic", "enabled", "call_key", "launch", "load", "record", "recipe_of", "KERNELS_DIR"]
 
@@ -64,6 +65,7 @@ class _Loaded:
     extras: int  # Triton's trailing scratch pointers (global, then profile): null or a scratch buffer
 
 
+_functions: dict = {}  # (device index, cubin name, symbol) -> CUfunction: one module per cubin and device
 _MISSING = object()  # looked for and not there: Triton launches (and records it)
 _REFUSED = object()  # recorded as a kernel only Triton can launch
 _table: dict = {}  # (device index, module, name, key) -> _Loaded | _MISSING | _REFUSED
@@ -86,6 +88,8 @@ _SCALARS = frozenset((int, float, bool, str, type(None)))
 
 def _arg_key(a):
     t = type(a)
+    if t is float:  # by its bits' text: -0.0 is not 0.0 (a constexpr of either compiles apart), nan is nan
+        return (t, a.hex())
     if t in _SCALARS:
         return (t, a)  # the type too: 1, 1.0 and True are equal keys otherwise
     if isinstance(a, torch.Tensor):
@@ -132,13 +136,20 @@ def _fit(function: int, recipe: Recipe) -> _Loaded | None:
     return _Loaded(function, recipe, 32 * recipe.num_warps, len(extras))
 
 
-def _load_cubin(index: int, recipe: Recipe, cubin: bytes) -> _Loaded | None:
-    """The cubin loaded on device ``index`` (the caller made it current) and checked; None if the
-    driver refuses it or it does not fit its recipe."""
+def _function(index: int, recipe: Recipe) -> int | None:
+    """The recipe's kernel on device ``index`` (the caller made it current): loaded once per cubin
+    and device however many keys launch it; None where the cubin is not found or not loaded."""
+    key = (index, recipe.cubin, recipe.symbol)
+    function = _functions.get(key)
+    if function is not None:
+        return function
+    image = cubin(recipe.cubin)
+    if image is None:
+        return None
     driver = libcuda()
     thread_context.bind(index)
     with thread_context.capture_relaxed():  # a user's graph capture neither refuses it nor breaks
-        err, module = driver.cuModuleLoadData(cubin)
+        err, module = driver.cuModuleLoadData(image)
     if err:
         return None
     err, function = driver.cuModuleGetFunction(module, recipe.symbol.encode())
@@ -148,7 +159,8 @@ def _load_cubin(index: int, recipe: Recipe, cubin: bytes) -> _Loaded | None:
         (err,) = driver.cuFuncSetAttribute(function, _MAX_DYNAMIC_SHARED, recipe.shared)
         if err:
             return None
-    return _fit(function, recipe)
+    _functions[key] = function
+    return function
 
 
 def load(module: str, name: str, args: tuple, kwargs: dict, index: int | None = None):
@@ -162,8 +174,9 @@ def load(module: str, name: str, args: tuple, kwargs: dict, index: int | None = 
         with _lock:
             found = _table.get(full)
             if found is None:
-                kept = find(file_name(module, name, full[3], _arch(index)))
-                found = (_load_cubin(index, *kept) if kept is not None else None) or _MISSING
+                recipe = find(file_name(module, name, full[3], _arch(index)))
+                function = _function(index, recipe) if recipe is not None else None
+                found = (_fit(function, recipe) if function else None) or _MISSING
                 _table[full] = found
     return None if found is _MISSING or found is _REFUSED else found
 
@@ -244,6 +257,15 @@ def launch(module: str, name: str, grid: tuple, args: tuple, kwargs: dict) -> bo
 
 
 # -- recording what Triton built -----------------------------------------------------------------------
+def _packs_as(value, ty: str) -> bool:
+    """Whether ``launch_grid`` packs ``value`` as Triton passes a parameter of type ``ty``."""
+    if ty.startswith("*"):
+        return isinstance(value, torch.Tensor)
+    if ty == "fp32":
+        return type(value) is float
+    return type(value) is int
+
+
 def recipe_of(arg_names, compiled, args: tuple, kwargs: dict) -> Recipe | str:
     """The recipe of a Triton ``CompiledKernel`` built for ``fn(*args, **kwargs)`` (``arg_names``:
     the kernel's parameter names in order), or why it cannot be launched without Triton."""
@@ -265,13 +287,17 @@ def recipe_of(arg_names, compiled, args: tuple, kwargs: dict) -> Recipe | str:
             return f"parameter {pname} of type {ty}"
         if i < len(args):
             passed.append(i)
+            value = args[i]
         elif pname in kwargs:
             passed.append(pname)
+            value = kwargs[pname]
         else:
             return f"parameter {pname} left to its default"
+        if not _packs_as(value, ty):
+            return f"parameter {pname} of type {ty} given a {type(value).__name__}"
         sizes.append(size)
     return Recipe(md.name, int(md.num_warps), int(md.shared), int(getattr(md, "global_scratch_size", 0) or 0),
-                  tuple(passed), tuple(sizes))
+                  tuple(passed), tuple(sizes), cubin_name(compiled.asm["cubin"]))
 
 
 def record(module: str, name: str, arg_names, compiled, args: tuple, kwargs: dict) -> None:
@@ -280,6 +306,9 @@ def record(module: str, name: str, arg_names, compiled, args: tuple, kwargs: dic
     as such. Never raises: keeping is an optimisation."""
     try:
         key = call_key(args, kwargs)
+    except NotStatic:  # arguments no key describes: Triton launches every such call
+        return
+    try:
         index = torch.cuda.current_device()
         full = (index, module, name, key)
         if _table.get(full, _MISSING) is not _MISSING:
@@ -289,8 +318,10 @@ def record(module: str, name: str, arg_names, compiled, args: tuple, kwargs: dic
         loaded = _fit(function, recipe) if isinstance(recipe, Recipe) and function else None
         with _lock:
             _table[full] = loaded or _REFUSED
+            if loaded is not None:
+                _functions.setdefault((index, recipe.cubin, recipe.symbol), function)
         if loaded is not None:
-            keep(file_name(module, name, key, _arch(index)), encode(recipe, compiled.asm["cubin"]))
+            keep(file_name(module, name, key, _arch(index)), recipe, compiled.asm["cubin"])
     except Exception as exc:  # noqa: BLE001 - Triton's objects moved: Triton keeps launching
         warn_once("static-record", f"tunekit: Triton kernels keep launching through Triton ({exc!r})")
 
@@ -299,3 +330,4 @@ def forget() -> None:
     """Drop the loaded kernels' table (tests)."""
     with _lock:
         _table.clear()
+        _functions.clear()

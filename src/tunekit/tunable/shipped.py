@@ -229,6 +229,7 @@ class Preparation:
         self.resolution, self.params, self._pick = resolution, params, pick_stand_in
         self.stand_in, self._stand_in_future, self._kept = None, None, None
         self._slow = uses_triton(resolution.candidate) and not _triton_prepared
+        self._context = contextvars.copy_context()  # the caller's settings, for what a worker starts later
         if self._slow:
             self.future = concurrent.futures.Future()
             try:
@@ -244,18 +245,21 @@ class Preparation:
 
     def _after_kept(self, done: concurrent.futures.Future) -> None:
         """The kept-builds attempt ended: the choice is ready, or (it needs compiling) the stand-in,
-        then the choice, are prepared."""
+        then the choice, are prepared, under the settings of the call that made this Preparation."""
         if not done.cancelled() and done.exception() is None:
             self.future.set_result(None)
             return
+        self._context.copy().run(self._stand_in_then_choice)
+
+    def _stand_in_then_choice(self) -> None:
         try:
             self._start_stand_in()
         except Exception:  # noqa: BLE001 - e.g. the worker pool shut down at exit: the choice still prepares
             self._stand_in_future = None
         if self._stand_in_future is None:
             self._start_choice()
-        else:
-            self._stand_in_future.add_done_callback(lambda _: self._start_choice())
+        else:  # the stand-in's worker runs the callback: the caller's settings again
+            self._stand_in_future.add_done_callback(lambda _: self._context.copy().run(self._start_choice))
 
     def _start_choice(self) -> None:
         """The choice's full preparation (compilers allowed), once the stand-in's is done; its
