@@ -325,6 +325,27 @@ def test_kept_builds_slower_than_the_wait_leave_the_first_call_to_the_default(sh
     assert waited >= shipped.KEPT_WAIT_MS / 1e3 * 0.9  # it did wait for the load, not longer
 
 
+def test_the_stand_in_and_the_choice_prepare_under_the_settings_of_the_call(ship, tmp_path, monkeypatch):
+    """The kept-builds attempt fails on a worker, whose callback starts the stand-in, and the
+    stand-in's worker then starts the choice: both still see the first call's ``tuning()`` settings
+    (which shipped builds may be used, the results file...), not the process defaults."""
+    x = torch.randn(64)
+    seen = {}
+    def choice(p):
+        if not compilers_allowed():
+            time.sleep(0.05)  # fails on the worker, after the callback is in place: the callback runs there
+            raise NeedsCompiler("no kept build")
+        seen.setdefault("choice", context.current())
+    op, _ = triton_choice_op(ship, tmp_path, x, choice)
+    op._by_name["fast"] = Preparing(op.candidate("fast"), lambda p: seen.setdefault("stand-in", context.current()))
+    monkeypatch.setattr(shipped, "_triton_prepared", False)
+    with tuning(max_tuning_ms=20_000, margin=0.07):
+        op(ScaleParams(x))
+        assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
+    assert seen["stand-in"].margin == 0.07 and seen["choice"].margin == 0.07
+    assert seen["stand-in"].use_shipped and seen["choice"].use_shipped
+
+
 def test_every_triton_candidate_is_known_as_one():
     """shipped.uses_triton goes by the candidate's module (``triton_*``); the names say Triton too."""
     import tunekit  # noqa: F401
