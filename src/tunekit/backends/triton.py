@@ -56,10 +56,6 @@ def _read_module(module: str) -> tuple[frozenset[str], dict]:
     return frozenset(names), literals
 
 
-def _jit_names(module: str) -> frozenset[str]:
-    return _read_module(module)[0]
-
-
 @dataclasses.dataclass(frozen=True)
 class KernelRef:
     """A ``@triton.jit`` kernel of ``tunekit.kernels.triton.<module>`` by name: what :func:`launch`
