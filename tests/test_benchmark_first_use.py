@@ -66,6 +66,10 @@ def test_smoke_run_writes_sane_json_and_markdown(tmp_path):
         assert r["device_ms"]["compile"] is None and r["compile_s"] is None and not r["errors"]  # smoke: no compile
         assert r["copy_bytes"] == r["bytes"]  # float32: whole elements
     assert [r["first_in_process"] for r in rows] == [True, False, False, False] * 2
+    assert all(r["torch_first_call_ms"] > 0 and r["torch_steady_call_ms"] > 0 for r in rows)
+    firsts = [r for r in rows if r["first_in_process"]]  # from one fresh process of torch alone, both states
+    assert {r.get("torch_first_from") for r in rows} == {None, "a fresh process"}
+    assert firsts[0]["torch_first_call_ms"] == firsts[1]["torch_first_call_ms"]
     md = (tmp_path / "first_use-cpu.md").read_text()
     assert md == render(raw)
     assert md.startswith("# First use: cpu (") and "## Goals" in md and "## silu, empty cache" in md
@@ -102,6 +106,20 @@ def test_tuning_share_of_ten_thousand_calls():
     assert tuning_share(make_row(call_walls_ms=[0.5, 0.5], calls_until_final=2, steady_call_ms=1.0)) == 0.0  # noise
     open_row = make_row(calls_until_final=None, final_reached=False, steady_call_ms=None)
     assert tuning_share(open_row) is None and evaluate(open_row)["tuning_share"] == (None, "open")
+
+
+def test_tuning_share_is_net_of_what_torch_eagers_own_first_call_costs():
+    # 67 ms of overhead, torch's first call 12 ms beyond its steady 2 ms: 57 ms count as tuning
+    row = make_row(call_walls_ms=[30.0, 20.0, 20.0], calls_until_final=3, steady_call_ms=1.0,
+                   torch_first_call_ms=12.0, torch_steady_call_ms=2.0)
+    assert tuning_share(row) == pytest.approx(100 * 57 / (57 + 10_000))
+    assert tuning_share(row, net=False) == pytest.approx(100 * 67 / (67 + 10_000))
+    cheaper = make_row(call_walls_ms=[3.0], calls_until_final=1, steady_call_ms=1.0, torch_first_call_ms=175.0,
+                       torch_steady_call_ms=0.5)  # torch's first call cost more than tunekit's: nothing to count
+    assert tuning_share(cheaper) == 0.0 and tuning_share(cheaper, net=False) == pytest.approx(100 * 2 / 10_002)
+    unmeasured = make_row(call_walls_ms=[30.0, 20.0, 20.0], calls_until_final=3, steady_call_ms=1.0,
+                          torch_first_call_ms=None)
+    assert tuning_share(unmeasured) == tuning_share(row, net=False)  # counted in full
 
 
 def test_choice_after_twenty_calls_against_offline():

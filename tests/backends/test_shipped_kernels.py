@@ -23,9 +23,9 @@ def pretuned(tmp_path, monkeypatch):
     monkeypatch.setattr(shipped_kernels, "PRETUNED_DIR", folder)
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path / "cache"))
     shipped_on(monkeypatch, True)
-    shipped_kernels._index.cache_clear()
+    shipped_kernels.forget()
     yield folder
-    shipped_kernels._index.cache_clear()
+    shipped_kernels.forget()
 
 
 def shipped_on(monkeypatch, on: bool) -> None:
@@ -37,7 +37,7 @@ def _bundle(folder, members: dict[str, bytes], name="GPU.kernels.zip"):
     with zipfile.ZipFile(folder / name, "w") as z:
         for member, data in members.items():
             z.writestr(member, data)
-    shipped_kernels._index.cache_clear()
+    shipped_kernels.forget()
 
 
 @needs_nvrtc
@@ -147,8 +147,26 @@ def test_a_damaged_bundle_is_left_out_with_a_warning_and_compiles_go_on(pretuned
     name = nvrtc.cubin_name(SOURCE, "add_one", "sm_90")
     _bundle(pretuned, {f"cubin/{name}": b"\x7fELF shipped"}, name="GOOD.kernels.zip")
     (pretuned / "OTHER_GPU.kernels.zip").write_bytes(b"PK\x03\x04 truncated")
-    shipped_kernels._index.cache_clear()
+    shipped_kernels.forget()
     with pytest.warns(TunekitWarning, match="OTHER_GPU.kernels.zip"):
         assert shipped_kernels.shipped_cubin(name) == b"\x7fELF shipped"
     other = nvrtc.compile_cubin(SOURCE.replace("1.0f", "2.0f"), "add_two", "sm_90")  # not shipped: compiled
     assert other[:4] == b"\x7fELF"
+
+
+def test_a_bundle_is_opened_once_for_every_member_read_and_again_after_forget(pretuned, monkeypatch):
+    _bundle(pretuned, {"static/a.kernel": b"A", "static/b.kernel": b"B"})
+    opened = []
+    real = zipfile.ZipFile
+
+    def counting(*args, **kwargs):
+        if len(args) == 1 and not kwargs:  # opened for reading (the tests' _bundle writes)
+            opened.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shipped_kernels.zipfile, "ZipFile", counting)
+    reads = [shipped_kernels.shipped_static(m) for m in ("static/a.kernel", "static/b.kernel", "static/a.kernel")]
+    assert reads == [b"A", b"B", b"A"] and shipped_kernels.shipped_static("static/none.kernel") is None
+    assert len(opened) == 1
+    _bundle(pretuned, {"static/a.kernel": b"A2"})  # rewritten in place: forget() drops the open file
+    assert shipped_kernels.shipped_static("static/a.kernel") == b"A2" and len(opened) == 2

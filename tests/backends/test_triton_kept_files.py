@@ -76,14 +76,14 @@ def test_a_shipped_bundle_serves_kept_files_unless_shipped_builds_are_off(tmp_pa
     assert sorted(zipfile.ZipFile(pretuned / "GPU.kernels.zip").namelist()) == sorted(
         ["static/s.kernel", f"static/{recipe.cubin}.cubin"])
     monkeypatch.setattr(shipped_kernels, "PRETUNED_DIR", pretuned)
-    shipped_kernels._index.cache_clear()
+    shipped_kernels.forget()
     try:
         with tuning(use_shipped=True):  # the tests' default is off
             assert files.find("s.kernel") == recipe and files.cubin(recipe.cubin) == image
         with tuning(use_shipped=False):
             assert files.find("s.kernel") is None and files.cubin(recipe.cubin) is None
     finally:
-        shipped_kernels._index.cache_clear()
+        shipped_kernels.forget()
 
 
 def test_the_triton_version_is_read_without_importing_triton():

@@ -2,6 +2,7 @@
 what its recipe holds, that a recipe is checked against its cubin, where kept files are found, and
 the launch's choice between a kept kernel and Triton. The launches themselves: the GPU tests below."""
 
+import ast
 import json
 import os
 import subprocess
@@ -188,9 +189,32 @@ def test_kernel_names_jit_functions_and_reads_literal_constants():
     if ref is None:
         pytest.skip("needs Triton")
     assert ref == triton_backend.KernelRef("logsumexp", "logsumexp_rows_kernel")
-    assert triton_backend._read_module("gemm")[0] >= {"matmul_kernel", "splitk_reduce_kernel", "matmul_skinny_kernel"}
-    assert "ACTIVATIONS" not in triton_backend._read_module("gemm")[0]
+    assert triton_backend._jit_names("gemm") >= {"matmul_kernel", "splitk_reduce_kernel", "matmul_skinny_kernel"}
+    assert "ACTIVATIONS" not in triton_backend._jit_names("gemm")
     assert isinstance(triton_backend.kernel("gemm", "ACTIVATIONS"), dict)  # not a kernel: the attribute
+
+
+def _jit_names_by_ast(text: str) -> frozenset[str]:
+    names = set()
+    for node in ast.parse(text).body:
+        for d in getattr(node, "decorator_list", ()):
+            d = d.func if isinstance(d, ast.Call) else d
+            if ast.unparse(d) in ("triton.jit", "jit"):
+                names.add(node.name)
+    return frozenset(names)
+
+
+@pytest.mark.parametrize("path", sorted(triton_static.KERNELS_DIR.glob("*.py")), ids=lambda p: p.stem)
+def test_the_jit_names_read_by_pattern_are_those_the_syntax_tree_gives(path):
+    """The regular expression of ``_jit_names`` against a full parse, on every kernels module."""
+    assert triton_backend._jit_names(path.stem) == _jit_names_by_ast(path.read_text())
+
+
+def test_the_jit_pattern_reads_decorators_with_arguments_and_stacked_ones():
+    text = ("@triton.jit\ndef a(x):\n    pass\n\n@jit(do_not_specialize=[1])\n@other\ndef b(x):\n    pass\n\n"
+            "@other\ndef c(x):\n    pass\n\ndef d():\n    x = '@triton.jit'\n")
+    assert triton_backend._JIT_DEF.findall(text) == ["a", "b"]
+    assert _jit_names_by_ast(text) == {"a", "b"}
 
 
 # -- on the GPU ----------------------------------------------------------------------------------------

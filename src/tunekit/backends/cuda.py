@@ -127,6 +127,13 @@ def _module(filename: str, options: tuple[str, ...], index: int, kernel_name: st
     return _modules(filename, options, index, kernel_name)
 
 
+@functools.lru_cache(maxsize=None)
+def _source_digest(filename: str, options: tuple[str, ...]) -> str:
+    """One file's hash per process: an op's first call hashes every candidate, and dozens of kernels
+    share a file (logsumexp's 46 forward kernels: 46 SHA-256s of the same text before)."""
+    return hashlib.sha256((source(filename) + repr(options)).encode()).hexdigest()[:16]
+
+
 class CudaKernel:
     """One ``extern "C" __global__`` function of a source file, loaded on each device it runs on.
 
@@ -147,7 +154,7 @@ class CudaKernel:
 
     def source_hash(self) -> str:
         """The whole file's (and the options'): what tuning results of this kernel depend on."""
-        return hashlib.sha256((source(self.filename) + repr(self.options)).encode()).hexdigest()[:16]
+        return _source_digest(self.filename, self.options)
 
     def function(self, index: int):
         fn = self._functions.get(index)

@@ -35,7 +35,7 @@ import zipfile
 from .cache import warn_once
 
 __all__ = ["PRETUNED_DIR", "enabled", "shipped_cubin", "shipped_static", "seed_triton_cache", "write_bundle",
-           "bundle_for"]
+           "bundle_for", "forget"]
 
 PRETUNED_DIR = pathlib.Path(__file__).resolve().parents[1] / "pretuned"
 _SUFFIX = ".kernels.zip"
@@ -53,32 +53,58 @@ def bundle_for(table: pathlib.Path) -> pathlib.Path:
     return table.with_name(table.stem + _SUFFIX)
 
 
+_opened: dict[pathlib.Path, tuple[zipfile.ZipFile, threading.Lock] | None] = {}
+_opened_lock = threading.Lock()
+
+
+def _open(bundle: pathlib.Path) -> tuple[zipfile.ZipFile, threading.Lock] | None:
+    """The bundle, opened once per process (reading a zip's directory of ~500 members took 1-2 ms,
+    paid again by every member read before: a process's first calls read several), and the lock its
+    reads share; None where it cannot be read (one TunekitWarning)."""
+    with _opened_lock:
+        if bundle not in _opened:
+            try:
+                _opened[bundle] = zipfile.ZipFile(bundle), threading.Lock()
+            except (OSError, zipfile.BadZipFile) as exc:
+                _opened[bundle] = None
+                warn_once(f"bundle:{bundle}", f"tunekit: shipped kernel builds not used ({bundle}: {exc})")
+        return _opened[bundle]
+
+
 @functools.lru_cache(maxsize=None)
 def _index(directory: pathlib.Path) -> dict[str, pathlib.Path]:
     """Member name -> the bundle holding it, over every readable bundle in ``directory``; a damaged
     one is left out with one TunekitWarning (its kernels compile as they would without it)."""
     found: dict[str, pathlib.Path] = {}
     for bundle in sorted(directory.glob("*" + _SUFFIX)):
-        try:
-            with zipfile.ZipFile(bundle) as z:
-                names = z.namelist()
-        except (OSError, zipfile.BadZipFile) as exc:
-            warn_once(f"bundle:{bundle}", f"tunekit: shipped kernel builds not used ({bundle}: {exc})")
-            continue
-        for name in names:
+        opened = _open(bundle)
+        for name in () if opened is None else opened[0].namelist():
             found.setdefault(name, bundle)
     return found
+
+
+def forget() -> None:
+    """Drop the open bundles and their index (a bundle rewritten in place: pretune, tests)."""
+    with _opened_lock:
+        for opened in _opened.values():
+            if opened is not None:
+                with opened[1]:
+                    opened[0].close()
+        _opened.clear()
+    _index.cache_clear()
 
 
 def _read(directory: pathlib.Path, member: str) -> bytes | None:
     """A member of the bundles in ``directory``, or None (absent, or its bundle cannot be read)."""
     bundle = _index(directory).get(member)
-    if bundle is None:
+    opened = None if bundle is None else _open(bundle)
+    if opened is None:
         return None
+    z, lock = opened
     try:
-        with zipfile.ZipFile(bundle) as z:
+        with lock:  # one open file: its position is shared by the reads
             return z.read(member)
-    except (OSError, zipfile.BadZipFile, KeyError) as exc:
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
         warn_once(f"bundle:{bundle}", f"tunekit: shipped kernel builds not used ({bundle}: {exc})")
         return None
 
@@ -174,5 +200,5 @@ def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathli
         for f in kept:
             z.write(f, f"static/{f.name}")
     tmp.replace(path)
-    _index.cache_clear()
+    forget()
     return len(cubins), len(kernels), len(kept)

@@ -18,6 +18,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import re
 import threading
 
 import torch
@@ -36,24 +37,32 @@ def _installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+#: a ``@triton.jit`` (or ``@jit``, with or without arguments on its line) function's name, below any
+#: further one-line decorators
+_JIT_DEF = re.compile(r"^@(?:triton\.)?jit\b[^\n]*\n(?:@[^\n]*\n)*def[ \t]+(\w+)", re.MULTILINE)
+
+
 @functools.lru_cache(maxsize=None)
-def _read_module(module: str) -> tuple[frozenset[str], dict]:
-    """What ``tunekit/kernels/triton/<module>.py`` defines, read from its text (no import): the names
-    of its ``@triton.jit`` functions, and its constants written as literals (a GEMM launch reads
+def _jit_names(module: str) -> frozenset[str]:
+    """The ``@triton.jit`` functions of ``tunekit/kernels/triton/<module>.py``, read from its text (no
+    import) with a regular expression: ``ast.parse`` of the module took 3-5 ms of a process's first
+    call (H100 host); the tests hold both readings equal on every kernels module."""
+    return frozenset(_JIT_DEF.findall((triton_static.KERNELS_DIR / f"{module}.py").read_text()))
+
+
+@functools.lru_cache(maxsize=None)
+def _literals(module: str) -> dict:
+    """The module's top-level constants written as literals, read from its text (a GEMM launch reads
     ``ACTIVATIONS``: importing the module for it would import Triton)."""
     tree = ast.parse((triton_static.KERNELS_DIR / f"{module}.py").read_text())
-    names, literals = set(), {}
+    literals = {}
     for node in tree.body:
-        for d in getattr(node, "decorator_list", ()):
-            d = d.func if isinstance(d, ast.Call) else d
-            if ast.unparse(d) in ("triton.jit", "jit"):
-                names.add(node.name)
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 literals[node.targets[0].id] = ast.literal_eval(node.value)
             except ValueError:
                 pass
-    return frozenset(names), literals
+    return literals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +100,9 @@ def kernel(module: str, name: str):
     attribute (Triton imported); None without Triton."""
     if not _installed():
         return None
-    jit, literals = _read_module(module)
-    if name in jit:
+    if name in _jit_names(module):
         return KernelRef(module, name)
+    literals = _literals(module)
     if name in literals:
         return literals[name]
     found = _module(module)

@@ -19,11 +19,12 @@ having the three methods (subclassing :class:`Candidate` gives defaults for two 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from typing import Any, Callable
 
-__all__ = ["Candidate", "FunctionCandidate", "candidate", "as_candidate", "hash_source"]
+__all__ = ["Candidate", "FunctionCandidate", "candidate", "as_candidate", "hash_source", "class_source_hash"]
 
 
 def hash_source(*parts: Any) -> str:
@@ -49,6 +50,13 @@ def _function_source_hash(fn: Callable) -> str:
         return hash_source(getattr(fn, "__qualname__", repr(fn)))
 
 
+@functools.lru_cache(maxsize=None)
+def class_source_hash(cls: type) -> str:
+    """``hash_source(inspect.getsource(cls))``, once per class and process: reading a class's source
+    tokenizes its module (about a millisecond), and an op's first call hashes every candidate."""
+    return hash_source(inspect.getsource(cls))
+
+
 class Candidate:
     """Base class for implementations written as classes. Subclasses define ``name`` and ``run``."""
 
@@ -61,7 +69,7 @@ class Candidate:
         raise NotImplementedError
 
     def source_hash(self) -> str:
-        return hash_source(inspect.getsource(type(self)))
+        return class_source_hash(type(self))
 
     def fast_runner(self, params):
         """None: this candidate has no runner (the fast path falls back to ``run``)."""

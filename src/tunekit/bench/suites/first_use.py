@@ -16,6 +16,9 @@ process per op family and cache state and merges their rows (``first_use_report`
   calls (more, for at most :data:`PENDING_LIMIT_S`, while a shipped choice compiles on a worker):
   every call's wall (the first ``max_calls``; past them their sum) and the choice in effect after call 1, call 20 and at the end; then
   :data:`STEADY_CALLS` more calls, the final choice's wall per call (the 10,000-call estimate's unit).
+- Then torch eager's first call on the same inputs and its steady wall (:func:`torch_first_call`: what
+  a program without tunekit pays for a new shape; a process's first signature takes it from a fresh
+  process of torch alone, :func:`torch_baseline`), which the tuning share deducts.
 - Then offline tuning of the signature (``tune_params``, default settings, a retry with twice the
   budget; it never touches the
   inputs) and device times head to head (:func:`~tunekit.bench.suites.common.head_to_head`: rotated
@@ -49,13 +52,14 @@ import torch
 from ...offline.tune_one import tune_params
 from ...ops import gelu, gelu_backward, logsumexp, logsumexp_backward, silu, silu_backward
 from ...tunable import context
+from ...tunable.params import make_trial
 from ...tunable.registry import get_op
 from ..measure import copy_bandwidth, versions
 from . import activations as act_suite
 from . import logsumexp as lse_suite
 from .common import DTYPES, device_name, log, raise_compile_limits, reason, timing_label
 from .first_use_timing import device_times, sync
-from .first_use_report import STATES, label, merge_child, new_results, progress_line, write_files
+from .first_use_report import STATES, label, merge_child, new_results, progress_line, read_lines, write_files
 
 __all__ = ["FAMILIES", "PRESETS", "Direction", "directions", "signatures", "run", "write_files", "child"]
 
@@ -189,6 +193,17 @@ def first_use(d: Direction, op, params, device, max_calls: int) -> dict:
     return row
 
 
+def torch_first_call(d: Direction, params, device) -> dict:
+    """Torch eager's first call on the signature's inputs and its steady wall per call (ms): what a
+    program without tunekit pays for its first call of a new shape (torch's lazy kernel loading).
+    Measured after tunekit's calls, so a kernel tunekit already ran counts as loaded (this errs
+    against tunekit); a process's first signature takes it from a fresh process (:func:`run`)."""
+    q = make_trial(params)  # eager writes the set's own outputs, as in the device timings
+    first = _timed_call(d.eager, q, device)
+    return {"torch_first_call_ms": first,
+            "torch_steady_call_ms": statistics.median(_timed_call(d.eager, q, device) for _ in range(STEADY_CALLS))}
+
+
 def offline_choice(op, params) -> dict:
     """Step 4: what ``tunekit tune`` chooses for the signature under the same (default) settings."""
     t0 = time.perf_counter()
@@ -206,6 +221,10 @@ def measure_signature(d: Direction, shape, dim, dname: str, device, config: dict
            "first_in_process": first_in_process}
     row.update(first_use(d, op, params, device, config["max_calls"]))
     row["errors"] = {}
+    try:
+        row.update(torch_first_call(d, params, device))
+    except Exception as exc:  # recorded: the share is then counted without it
+        row["errors"]["torch_first_call"] = reason(exc)
     try:
         row["offline"] = offline_choice(op, params)
     except Exception as exc:  # recorded: the rest of the row still counts
@@ -237,6 +256,11 @@ def child(config: dict) -> int:
     emit({"kind": "meta", "device": device_name(device), "versions": versions(), "timing": timing_label(device.type),
           "ready_s": ready - config["spawned"], "copy_gbps": copy_bandwidth(device, config.get("copy_nbytes")),
           "settings": {"max_tuning_ms": s.max_tuning_ms, "tuning_step_ms": s.tuning_step_ms, "margin": s.margin}})
+    if config.get("baseline"):  # torch eager's first call of the family's first signature, nothing else
+        d, shape, dim, dname = signatures(config["family"], config["dtypes"], config["act_shapes"], config["lse_shapes"])[0]
+        torch.manual_seed(0)
+        emit({"kind": "torch_first", **torch_first_call(d, d.example(shape, DTYPES[dname], device, dim), device)})
+        return 0
     if config["compile"]:
         raise_compile_limits()
     first = True
@@ -302,6 +326,14 @@ def start_child(config: dict, folder: Path) -> dict:
     return {"rc": rc, "seconds": time.perf_counter() - t0, "rows": rows, "tail": list(tail)}
 
 
+def torch_baseline(config: dict, folder: Path) -> dict:
+    """Torch eager's first call of the family's first signature in a fresh process started as the
+    children are (``{}`` if it failed): the program without tunekit pays it as its process's first."""
+    result = start_child({**config, "state": "torch", "baseline": True}, folder)
+    found = [x for x in read_lines(Path(result["rows"])) if x["kind"] == "torch_first"]
+    return {k: v for k, v in found[0].items() if k != "kind"} if found else {}
+
+
 def _deadline(jobs_left: list[tuple[str, str]], counts: dict[str, int], end: float | None) -> float | None:
     """This child's share of the time left, in proportion to its estimated work among the children left."""
     if end is None:
@@ -328,15 +360,20 @@ def run(*, families, dtypes, act_shapes, lse_shapes, device: str = "cuda", repea
             "lse_shapes": [[list(s), d] for s, d in lse_shapes], "device": device, "repeats": repeats,
             "compile": compile, "graph": graph, "max_calls": max_calls, "copy_nbytes": copy_nbytes, "shipped": shipped}
     raw = new_results(command, args, {**base, "families": list(families), "time_limit": time_limit})
-    jobs = [(f, s) for f in families for s in STATES]
+    jobs, baselines = [(f, s) for f in families for s in STATES], {}
     try:
         for i, (family, state) in enumerate(jobs):
             deadline = _deadline(jobs[i:], {f: len(e) for f, e in expected.items()}, end)
             if deadline is not None and deadline - time.time() < EST_START_S:
                 raw["not_measured"] += [f"{state}: {e} (no time left)" for e in expected[family]]
                 continue
+            if family not in baselines:  # its own folder: the children's cache folders stay as their state says
+                baselines[family] = torch_baseline({**base, "family": family, "deadline": deadline}, root / f"{family}-torch")
             result = start_child({**base, "family": family, "state": state, "deadline": deadline}, root / family)
             merge_child(raw, family, state, expected[family], result)
+            for row in raw["rows"]:
+                if row["family"] == family and row.get("first_in_process") and baselines[family]:
+                    row.update(baselines[family], torch_first_from="a fresh process")
             raw["elapsed_s"] = time.perf_counter() - started
             if on_update is not None:
                 on_update(raw)
