@@ -45,7 +45,6 @@ from .entries import CandidateRecord
 from .host_time import prefer_less_host_time
 from .params import OpParams, make_trial
 from .preparations import Preparations
-from .racing import still_open
 from .screen import WorkBudget, check, input_sets, prune, reference, supports
 from .timing import Timer, make_timer
 
@@ -320,8 +319,7 @@ class TuningSession:
         return self.timed
 
     def _rounds(self, timed):
-        """Interleaved rounds of one measurement each, order rotated per round, until the candidates
-        still open (``racing.still_open``) are none, ``MAX_ROUNDS`` or the budget; ({name: ms}, rounds)."""
+        """Interleaved rounds of one measurement each, order rotated per round; ({name: ms}, rounds)."""
         n_sets, probe = len(self.sets), self.probe
         self.per_pass = max(self.fastest * n_sets, 1e-6)
         self.reps = max(1, min(1000, math.ceil(self.timer.target_ms / self.per_pass)))
@@ -345,8 +343,6 @@ class TuningSession:
                 yield  # a measurement is the unit of work: a call's share stops between two
             round_ms = max(round_ms, self.budget.spent_ms() - start)
             rounds += 1
-            if rounds >= MIN_ROUNDS:  # those that can no longer win are timed no further (racing.py)
-                names = still_open(samples, names, self.op.default.name, self.settings.margin, self._floor)
         times = {c.name: statistics.median(samples[c.name]) / n_sets if samples.get(c.name) else probe[c.name]
                  for c in timed if c.name in probe}
         return times, rounds
