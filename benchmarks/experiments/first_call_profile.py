@@ -46,6 +46,9 @@ def make_call(label: str):
         return (lambda t: tunekit.logsumexp_backward(dy, t, lse, dim)), x, decided
     if op == "logsumexp":
         return (lambda t: tunekit.logsumexp(t, dim)), x, lambda: tunekit.explain("logsumexp", x, dim)
+    if direction == "bwd":  # silu_backward(dy, x) / gelu_backward(dy, x)
+        dy, grad = torch.randn_like(x), getattr(tunekit, f"{op}_backward")
+        return (lambda t: grad(dy, t)), x, lambda: tunekit.explain(f"{op}_backward", dy, x)
     fn = getattr(tunekit, op)
     return (lambda t: fn(t)), x, lambda: tunekit.explain(op, x)
 

@@ -170,3 +170,26 @@ def test_a_bundle_is_opened_once_for_every_member_read_and_again_after_forget(pr
     assert len(opened) == 1
     _bundle(pretuned, {"static/a.kernel": b"A2"})  # rewritten in place: forget() drops the open file
     assert shipped_kernels.shipped_static("static/a.kernel") == b"A2" and len(opened) == 2
+
+
+def test_this_gpu_models_bundle_is_read_first_and_the_others_only_on_a_miss(pretuned, monkeypatch):
+    import torch
+
+    _bundle(pretuned, {"static/a.kernel": b"A", "static/both.kernel": b"A's"}, name="GPU_A.kernels.zip")
+    _bundle(pretuned, {"static/b.kernel": b"B", "static/both.kernel": b"B's"}, name="GPU_B.kernels.zip")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "GPU B")
+    opened = []
+    real = zipfile.ZipFile
+
+    def counting(*args, **kwargs):
+        if len(args) == 1 and not kwargs:
+            opened.append(args[0].name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shipped_kernels.zipfile, "ZipFile", counting)
+    assert shipped_kernels.shipped_static("static/both.kernel") == b"B's"  # this model's build
+    assert shipped_kernels.shipped_static("static/b.kernel") == b"B" and opened == ["GPU_B.kernels.zip"]
+    assert shipped_kernels.shipped_static("static/a.kernel") == b"A"  # a miss: every bundle, once
+    assert sorted(opened) == ["GPU_A.kernels.zip", "GPU_B.kernels.zip"]

@@ -53,3 +53,41 @@ def test_source_hash_follows_the_code():
 def test_non_callable_is_refused():
     with pytest.raises(TypeError):
         as_candidate(42)
+
+
+def _candidate_classes():
+    import tunekit  # noqa: F401 - registers every op
+    from tunekit.tunable.registry import all_ops
+
+    return sorted({type(c) for op in all_ops() for c in op.candidates}, key=lambda t: (t.__module__, t.__qualname__))
+
+
+@pytest.mark.parametrize("cls", _candidate_classes(), ids=lambda t: t.__qualname__)
+def test_class_source_is_inspects_for_every_candidate_class(cls):
+    """The fast class source gives inspect.getsource's text: a candidate's hash must not change."""
+    import inspect
+
+    from tunekit.tunable.candidate import class_source
+
+    assert class_source(cls) == inspect.getsource(cls)
+
+
+def test_class_source_falls_back_for_nested_and_multiline_decorated_classes(tmp_path, monkeypatch):
+    import importlib
+    import inspect
+    import sys
+
+    from tunekit.tunable.candidate import class_source
+
+    (tmp_path / "cs_probe.py").write_text(
+        "import dataclasses\n\n\nclass Outer:\n    class Inner:\n        x = 1\n\n\n"
+        "@dataclasses.dataclass(\n    frozen=True,\n)\nclass Frozen:\n    y: int = 2\n\n\n"
+        "# a comment\n@dataclasses.dataclass\nclass Plain:\n    z: int = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("cs_probe")
+    try:
+        for cls in (module.Outer, module.Outer.Inner, module.Frozen, module.Plain):
+            assert class_source(cls) == inspect.getsource(cls)
+        assert class_source(module.Plain).startswith("@dataclasses.dataclass\nclass Plain")
+    finally:
+        sys.modules.pop("cs_probe", None)

@@ -22,9 +22,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import linecache
+import re
+import sys
 from typing import Any, Callable
 
-__all__ = ["Candidate", "FunctionCandidate", "candidate", "as_candidate", "hash_source", "class_source_hash"]
+__all__ = ["Candidate", "FunctionCandidate", "candidate", "as_candidate", "hash_source", "class_source_hash",
+           "class_source"]
 
 
 def hash_source(*parts: Any) -> str:
@@ -52,9 +56,35 @@ def _function_source_hash(fn: Callable) -> str:
 
 @functools.lru_cache(maxsize=None)
 def class_source_hash(cls: type) -> str:
-    """``hash_source(inspect.getsource(cls))``, once per class and process: reading a class's source
-    tokenizes its module (about a millisecond), and an op's first call hashes every candidate."""
-    return hash_source(inspect.getsource(cls))
+    """``hash_source(inspect.getsource(cls))``, once per class and process (an op's first call
+    hashes every candidate), read through :func:`class_source`."""
+    return hash_source(class_source(cls))
+
+
+def class_source(cls: type) -> str:
+    """``inspect.getsource(cls)``, found faster for a top-level class: Python 3.12's ``getsource``
+    parses the class's whole module to find it (1.4-7.7 ms per class; 4 ms of a logsumexp gradient
+    signature's 11 ms first call, H100 host). Here: the one ``class <name>`` line at column 0, its
+    one-line decorators above it (the line before them blank or a comment), then ``inspect.getblock``
+    from there, as ``getsource`` does from the line it finds; anything else (a nested class, a name
+    defined twice, a multi-line decorator) takes ``inspect.getsource``. The tests hold both equal
+    for every candidate class."""
+    module = sys.modules.get(cls.__module__)
+    try:
+        path = inspect.getsourcefile(cls)
+    except TypeError:
+        path = None
+    lines = linecache.getlines(path, module.__dict__) if path and module is not None else []
+    line = re.compile(rf"class {re.escape(cls.__name__)}\b")
+    starts = [i for i, text in enumerate(lines) if line.match(text)]
+    if cls.__qualname__ != cls.__name__ or len(starts) != 1:
+        return inspect.getsource(cls)
+    first = starts[0]
+    while first > 0 and lines[first - 1].startswith("@"):
+        first -= 1
+    if first > 0 and lines[first - 1].strip() and not lines[first - 1].lstrip().startswith("#"):
+        return inspect.getsource(cls)
+    return "".join(inspect.getblock(lines[first:]))
 
 
 class Candidate:
