@@ -67,6 +67,7 @@ def test_smoke_run_writes_sane_json_and_markdown(tmp_path):
         assert r["copy_bytes"] == r["bytes"]  # float32: whole elements
     assert [r["first_in_process"] for r in rows] == [True, False, False, False] * 2
     assert all(r["torch_first_call_ms"] > 0 and r["torch_steady_call_ms"] > 0 for r in rows)
+    assert [(f, b["rc"], b["error"]) for f, b in raw["baselines"].items()] == [("silu", 0, None)]
     firsts = [r for r in rows if r["first_in_process"]]  # from one fresh process of torch alone, both states
     assert {r.get("torch_first_from") for r in rows} == {None, "a fresh process"}
     assert firsts[0]["torch_first_call_ms"] == firsts[1]["torch_first_call_ms"]

@@ -193,3 +193,36 @@ def test_this_gpu_models_bundle_is_read_first_and_the_others_only_on_a_miss(pret
     assert shipped_kernels.shipped_static("static/b.kernel") == b"B" and opened == ["GPU_B.kernels.zip"]
     assert shipped_kernels.shipped_static("static/a.kernel") == b"A"  # a miss: every bundle, once
     assert sorted(opened) == ["GPU_A.kernels.zip", "GPU_B.kernels.zip"]
+
+
+def test_a_read_whose_bundle_was_closed_meanwhile_opens_it_again(pretuned, monkeypatch):
+    """forget() in another thread may close the file _open just gave a reader: the read retries."""
+    _bundle(pretuned, {"static/a.kernel": b"A"})
+    assert shipped_kernels.shipped_static("static/a.kernel") == b"A"
+    bundle = next(iter(shipped_kernels._opened))
+    stale = shipped_kernels._opened[bundle]
+    stale[0].close()
+    real, calls = shipped_kernels._open, []
+
+    def first_stale(b):
+        calls.append(b)
+        return stale if len(calls) == 1 else real(b)
+
+    monkeypatch.setattr(shipped_kernels, "_open", first_stale)
+    shipped_kernels._opened.clear()
+    assert shipped_kernels.shipped_static("static/a.kernel") == b"A" and len(calls) == 2
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_opens_the_bundles_again(pretuned):
+    import os
+
+    _bundle(pretuned, {"static/a.kernel": b"A"})
+    assert shipped_kernels.shipped_static("static/a.kernel") == b"A" and shipped_kernels._opened
+    pid = os.fork()
+    if pid == 0:  # the child: nothing inherited open, and the read works
+        ok = not shipped_kernels._opened and shipped_kernels.shipped_static("static/a.kernel") == b"A"
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert shipped_kernels.shipped_static("static/a.kernel") == b"A"  # the parent's handle still works

@@ -72,7 +72,7 @@ def test_class_source_is_inspects_for_every_candidate_class(cls):
     assert class_source(cls) == inspect.getsource(cls)
 
 
-def test_class_source_falls_back_for_nested_and_multiline_decorated_classes(tmp_path, monkeypatch):
+def test_class_source_falls_back_where_its_line_search_could_differ(tmp_path, monkeypatch):
     import importlib
     import inspect
     import sys
@@ -82,11 +82,16 @@ def test_class_source_falls_back_for_nested_and_multiline_decorated_classes(tmp_
     (tmp_path / "cs_probe.py").write_text(
         "import dataclasses\n\n\nclass Outer:\n    class Inner:\n        x = 1\n\n\n"
         "@dataclasses.dataclass(\n    frozen=True,\n)\nclass Frozen:\n    y: int = 2\n\n\n"
-        "# a comment\n@dataclasses.dataclass\nclass Plain:\n    z: int = 3\n")
+        "# a comment\n@dataclasses.dataclass\nclass Plain:\n    z: int = 3\n\n\n"
+        "@dataclasses.dataclass\n\nclass Parted:\n    a: int = 4\n\n\n"
+        "@dataclasses.dataclass\n# why\nclass Commented:\n    b: int = 5\n\n\n"
+        "@dataclasses.dataclass\n# note\n@dataclasses.dataclass\nclass Stacked:\n    c: int = 6\n\n\n"
+        "class Wrapped:\n    d = 7\n\n\nWrapped.__wrapped__ = Plain\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("cs_probe")
     try:
-        for cls in (module.Outer, module.Outer.Inner, module.Frozen, module.Plain):
+        for cls in (module.Outer, module.Outer.Inner, module.Frozen, module.Plain, module.Parted, module.Commented,
+                    module.Stacked, module.Wrapped):
             assert class_source(cls) == inspect.getsource(cls)
         assert class_source(module.Plain).startswith("@dataclasses.dataclass\nclass Plain")
     finally:

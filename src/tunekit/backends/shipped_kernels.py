@@ -28,9 +28,11 @@ installed package, as its Python code is.
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
 import threading
 import zipfile
+import zlib
 
 from .cache import warn_once
 
@@ -55,6 +57,16 @@ def bundle_for(table: pathlib.Path) -> pathlib.Path:
 
 _opened: dict[pathlib.Path, tuple[zipfile.ZipFile, threading.Lock] | None] = {}
 _opened_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A forked child opens the bundles again: an inherited file shares its offset with the parent's
+    reads, and a lock held by another thread at the fork would never be released in the child."""
+    global _opened_lock
+    _opened.clear()  # the parent's objects: left to the parent
+    _opened_lock = threading.Lock()
+    _index.cache_clear()
+    _names.cache_clear()
 
 
 def _open(bundle: pathlib.Path) -> tuple[zipfile.ZipFile, threading.Lock] | None:
@@ -122,13 +134,19 @@ def _read(directory: pathlib.Path, member: str) -> bytes | None:
     opened = None if bundle is None else _open(bundle)
     if opened is None:
         return None
-    z, lock = opened
-    try:
-        with lock:  # one open file: its position is shared by the reads
-            return z.read(member)
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
-        warn_once(f"bundle:{bundle}", f"tunekit: shipped kernel builds not used ({bundle}: {exc})")
-        return None
+    for attempt in range(2):
+        z, lock = opened
+        try:
+            with lock:  # one open file: its position is shared by the reads
+                return z.read(member)
+        except ValueError:  # closed by forget() in another thread since _open gave it: open it again
+            opened = _open(bundle) if attempt == 0 else None
+            if opened is None:
+                return None
+        except (OSError, zipfile.BadZipFile, KeyError, zlib.error) as exc:
+            warn_once(f"bundle:{bundle}", f"tunekit: shipped kernel builds not used ({bundle}: {exc})")
+            return None
+    return None
 
 
 def shipped_cubin(filename: str, directory: pathlib.Path | None = None) -> bytes | None:
@@ -221,6 +239,11 @@ def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathli
             z.writestr("triton/VERSION", str(triton_version))
         for f in kept:
             z.write(f, f"static/{f.name}")
+    forget()  # this process's handle on the old file first (replacing an open file fails on Windows)
     tmp.replace(path)
     forget()
     return len(cubins), len(kernels), len(kept)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

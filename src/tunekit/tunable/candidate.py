@@ -65,10 +65,11 @@ def class_source(cls: type) -> str:
     """``inspect.getsource(cls)``, found faster for a top-level class: Python 3.12's ``getsource``
     parses the class's whole module to find it (1.4-7.7 ms per class; 4 ms of a logsumexp gradient
     signature's 11 ms first call, H100 host). Here: the one ``class <name>`` line at column 0, its
-    one-line decorators above it (the line before them blank or a comment), then ``inspect.getblock``
-    from there, as ``getsource`` does from the line it finds; anything else (a nested class, a name
-    defined twice, a multi-line decorator) takes ``inspect.getsource``. The tests hold both equal
-    for every candidate class."""
+    one-line decorators above it (the line before them blank or a comment, with no decorator above
+    that), then ``inspect.getblock`` from there, as ``getsource`` does from the line it finds;
+    anything else (a nested class, a name defined twice, a multi-line decorator, a decorator parted
+    from its class by a blank or comment line, a ``__wrapped__`` class) takes ``inspect.getsource``.
+    The tests hold both equal for every candidate class and those layouts."""
     module = sys.modules.get(cls.__module__)
     try:
         path = inspect.getsourcefile(cls)
@@ -77,13 +78,14 @@ def class_source(cls: type) -> str:
     lines = linecache.getlines(path, module.__dict__) if path and module is not None else []
     line = re.compile(rf"class {re.escape(cls.__name__)}\b")
     starts = [i for i, text in enumerate(lines) if line.match(text)]
-    if cls.__qualname__ != cls.__name__ or len(starts) != 1:
-        return inspect.getsource(cls)
+    if cls.__qualname__ != cls.__name__ or len(starts) != 1 or "__wrapped__" in vars(cls):
+        return inspect.getsource(cls)  # getsource unwraps a __wrapped__ first
     first = starts[0]
     while first > 0 and lines[first - 1].startswith("@"):
         first -= 1
-    if first > 0 and lines[first - 1].strip() and not lines[first - 1].lstrip().startswith("#"):
-        return inspect.getsource(cls)
+    above = next((text for text in reversed(lines[:first]) if text.strip() and not text.lstrip().startswith("#")), "")
+    if first > 0 and (above.startswith("@") or (lines[first - 1].strip() and not lines[first - 1].lstrip().startswith("#"))):
+        return inspect.getsource(cls)  # a decorator above a blank or comment line, or an unusual layout
     return "".join(inspect.getblock(lines[first:]))
 
 

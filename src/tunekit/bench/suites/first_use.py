@@ -78,6 +78,8 @@ PRESETS["quick"] = {**PRESETS["full"], "lse_shapes": QUICK_LSE_SHAPES}
 #: calls of the final choice that give its steady wall per call; seconds a child may run past its deadline;
 #: seconds calls go on past ``max_calls`` while the choice is not final (a shipped choice compiling on a worker)
 STEADY_CALLS, GRACE_S, PENDING_LIMIT_S = 20, 45.0, 20.0
+#: seconds torch eager's baseline process may take (its start, CUDA's, the copy bandwidth, one call)
+BASELINE_S = 30.0
 #: estimated seconds, to share the time limit: a process's start, and one signature by cache state
 EST_START_S, EST_SIGNATURE_S = 10.0, {"empty": 3.0, "warm": 1.5}
 
@@ -326,12 +328,15 @@ def start_child(config: dict, folder: Path) -> dict:
     return {"rc": rc, "seconds": time.perf_counter() - t0, "rows": rows, "tail": list(tail)}
 
 
-def torch_baseline(config: dict, folder: Path) -> dict:
+def torch_baseline(config: dict, folder: Path) -> tuple[dict, dict]:
     """Torch eager's first call of the family's first signature in a fresh process started as the
-    children are (``{}`` if it failed): the program without tunekit pays it as its process's first."""
-    result = start_child({**config, "state": "torch", "baseline": True}, folder)
+    children are (``{}`` if it failed), and how that process ended: the program without tunekit pays
+    that call as its process's first. At most :data:`BASELINE_S` (then killed :data:`GRACE_S` later)."""
+    result = start_child({**config, "state": "torch", "baseline": True, "deadline": time.time() + BASELINE_S}, folder)
     found = [x for x in read_lines(Path(result["rows"])) if x["kind"] == "torch_first"]
-    return {k: v for k, v in found[0].items() if k != "kind"} if found else {}
+    ended = {"rc": result["rc"], "seconds": result["seconds"],
+             "error": None if found else " | ".join(result["tail"][-6:]) or f"exit {result['rc']}"}
+    return ({k: v for k, v in found[0].items() if k != "kind"} if found else {}), ended
 
 
 def _deadline(jobs_left: list[tuple[str, str]], counts: dict[str, int], end: float | None) -> float | None:
@@ -368,12 +373,15 @@ def run(*, families, dtypes, act_shapes, lse_shapes, device: str = "cuda", repea
                 raw["not_measured"] += [f"{state}: {e} (no time left)" for e in expected[family]]
                 continue
             if family not in baselines:  # its own folder: the children's cache folders stay as their state says
-                baselines[family] = torch_baseline({**base, "family": family, "deadline": deadline}, root / f"{family}-torch")
+                baselines[family], raw.setdefault("baselines", {})[family] = torch_baseline(
+                    {**base, "family": family}, root / f"{family}-torch")
+                deadline = _deadline(jobs[i:], {f: len(e) for f, e in expected.items()}, end)  # what is left now
             result = start_child({**base, "family": family, "state": state, "deadline": deadline}, root / family)
             merge_child(raw, family, state, expected[family], result)
             for row in raw["rows"]:
                 if row["family"] == family and row.get("first_in_process") and baselines[family]:
                     row.update(baselines[family], torch_first_from="a fresh process")
+                    row["errors"].pop("torch_first_call", None)
             raw["elapsed_s"] = time.perf_counter() - started
             if on_update is not None:
                 on_update(raw)
