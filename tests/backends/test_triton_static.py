@@ -238,3 +238,49 @@ def test_a_kept_kernel_gives_tritons_bits_and_a_new_process_runs_it_without_trit
     # four keys (the misaligned input is one of its own), their cubins stored once per content: on the
     # H100 the two logsumexp keys compiled to the same bytes (777 columns: no aligned access to gain)
     assert 1 <= first["cubins"] <= first["kept"], first
+
+
+# -- recording launches (ops/gemm/launch_plans.py replays them from C++) --------------------------------
+@pytest.fixture
+def one_kept(monkeypatch):
+    """A kept kernel "k" (4 warps, 1 KB shared, 16 bytes of scratch per program, parameters x and n,
+    Triton's two scratch pointers), found on a fake device 0; launches made are collected."""
+    loaded = triton_static._Loaded(0xABC, Recipe("k", 4, 1024, 16, (0, "n"), (8, 4)), 128, 2)
+    made = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(triton_static, "load", lambda module, name, args, kwargs, index=None: loaded if name == "k" else None)
+    monkeypatch.setattr(triton_static, "_launcher", lambda: lambda *args: made.append(args))
+    monkeypatch.setattr(triton_static, "raw_stream", lambda index: 0)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *sizes, device=None, **kw: empty(*sizes, **kw))  # no device 0 here
+    return made
+
+
+def test_launches_inside_recording_are_recorded_not_made(one_kept):
+    x = torch.randn(4)
+    with triton_static.recording() as launches:
+        assert triton_static.launch("gemm", "k", (3, 2), (x,), {"n": 5}) is True
+        assert triton_static.launch("gemm", "k", (0,), (x,), {"n": 5}) is True  # an empty grid: nothing
+        assert triton_static.is_recording()
+    assert launches == [(0xABC, (3, 2, 1), 128, 1024, 3 * 2 * 16, [x, 5, triton_static.SCRATCH, None])]
+    assert one_kept == [] and not triton_static.is_recording()
+    assert triton_static.launch("gemm", "k", (3, 2), (x,), {"n": 5}) is True  # outside: launched
+    (made,) = one_kept
+    assert made[:7] == (0xABC, 3, 2, 1, 128, 1024, 0) and made[7] is x and made[8] == 5
+    assert made[9].numel() == 3 * 2 * 16 and made[10] is None  # the scratch, allocated per launch
+
+
+def test_a_launch_only_triton_can_make_refuses_inside_recording(one_kept, monkeypatch):
+    x = torch.randn(4)
+    assert triton_static.launch("gemm", "other", (1,), (x,), {}) is False  # outside: Triton's turn
+    with triton_static.recording(), pytest.raises(triton_static.NotStatic, match="no kept kernel"):
+        triton_static.launch("gemm", "other", (1,), (x,), {})
+    with triton_static.recording(), pytest.raises(triton_static.NotStatic):
+        triton_static.launch("gemm", "k", lambda meta: (1,), (x,), {"n": 5})  # a grid function
+    monkeypatch.setattr(triton_static, "enabled", lambda: False)  # kept launches off: Triton would launch
+
+    def no_triton(self):
+        raise AssertionError("Triton was reached")
+    monkeypatch.setattr(triton_backend.KernelRef, "resolve", no_triton)
+    with triton_static.recording(), pytest.raises(triton_static.NotStatic, match="through Triton"):
+        triton_backend.launch(triton_backend.KernelRef("gemm", "k"), (1,), x, n=5)

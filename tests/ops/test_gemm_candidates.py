@@ -305,3 +305,24 @@ def test_the_challenger_floor_holds_where_the_default_is_routed_and_for_triton_l
     assert challenger_floor(GemmParams(a, b), mm_op.candidate("cublaslt_h0")) == CHALLENGER_HOST_MS
     assert floor_ms(addmm_op, AddmmParams(c, a, b, activation="relu"), addmm_op.candidate("cublaslt_bias_h1")) == 0.0
     assert floor_ms(mm_op, GemmParams(a, b), mm_op.candidate("cublaslt_h1")) == CHALLENGER_HOST_MS
+
+
+def test_a_triton_challenger_whose_calls_are_planned_needs_no_floor_beyond_the_margin():
+    """ops/gemm/op.py PLANNED_HOST_MS: a routable call (no out=, alpha = beta = 1) decided for a Triton kind
+    launch_plans replays costs the host less than torch's; padded copies, out= and scaled calls do not replay."""
+    from tunekit.ops.gemm.op import CHALLENGER_HOST_MS, PLANNED_HOST_MS, challenger_floor
+    assert PLANNED_HOST_MS == 0.0
+    a, b = matrix(8, 16, torch.bfloat16), matrix(16, 4, torch.bfloat16, "cpu", "col", seed=1)
+    c = randn((4,), torch.bfloat16)
+    by_kind = {}
+    for x in mm_op.candidates:
+        if isinstance(x, TritonGemm):
+            by_kind.setdefault(x.kind, x)
+    for kind in ("matmul", "skinny", "tma"):
+        assert challenger_floor(GemmParams(a, b), by_kind[kind]) == PLANNED_HOST_MS
+        assert challenger_floor(AddmmParams(c, a, b), addmm_op.candidate(by_kind[kind].name)) == PLANNED_HOST_MS
+        assert challenger_floor(GemmParams(a, b, out=torch.empty(8, 4, dtype=torch.bfloat16)), by_kind[kind]) == \
+            CHALLENGER_HOST_MS
+        assert challenger_floor(AddmmParams(c, a, b, alpha=2.0), addmm_op.candidate(by_kind[kind].name)) == \
+            CHALLENGER_HOST_MS
+    assert challenger_floor(GemmParams(a, b), by_kind["padded"]) == CHALLENGER_HOST_MS

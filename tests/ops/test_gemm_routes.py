@@ -9,6 +9,7 @@ from torch.overrides import TorchFunctionMode
 
 import tunekit
 from tunekit.ops.gemm import addmm_op, functions, mm_op, routes
+from tunekit.tunable.entries import CandidateRecord, Entry
 
 pytestmark = pytest.mark.skipif(not routes.ready(), reason="the C++ GEMM routes could not be built here")
 
@@ -158,11 +159,25 @@ def test_routes_are_dropped_with_the_choices_they_came_from(op):
 
 
 class FakeOp:
-    def __init__(self, decided):
-        self.default, self.decided = "default", decided
+    """An op whose decision is ``decided`` (None: undecided); ``times``: the entry's {name: ms}."""
+
+    def __init__(self, decided, times=None):
+        self.default, self.decided = Named("default"), decided and Named(decided)
+        self.times = times
 
     def decision(self, params, s):
-        return None if self.decided is None else type("R", (), {"candidate": self.decided})()
+        if self.decided is None:
+            return None
+        records = {n: CandidateRecord("chosen" if n == self.decided.name else "slower", time_ms=t)
+                   for n, t in (self.times or {}).items()}
+        entry = None if self.times is None else Entry("mm", "sig", "dev", self.decided.name, True, {}, records, 0.0)
+        candidate = self.default if self.decided.name == "default" else self.decided
+        return type("R", (), {"candidate": candidate, "entry": entry})()
+
+
+class Named:
+    def __init__(self, name):
+        self.name = name
 
 
 @pytest.mark.parametrize("decisions, expected", [
@@ -170,6 +185,18 @@ class FakeOp:
     ([None, "triton"], False), ([], True)])
 def test_verdict_routes_only_when_every_gemm_is_decided_for_its_default(decisions, expected):
     assert routes.verdict([(FakeOp(d), None) for d in decisions], None) is expected
+
+
+@pytest.mark.parametrize("saving_ms, products, expected", [
+    (0.005, 2, True), (0.005, 1, False), (0.012, 2, False), (None, 2, False)],
+    ids=["slight-recorded", "slight-unrecorded", "large-recorded", "untimed-recorded"])
+def test_a_call_autograd_records_keeps_torch_kernels_unless_the_challenger_saves_the_floor(saving_ms, products, expected):
+    """Recorded calls run tunekit's Python autograd path with a challenger: worth it only for a saving of
+    CHALLENGER_HOST_MS (10 us); a call autograd does not record is planned instead (never routed to torch)."""
+    assert routes.CHALLENGER_HOST_MS == 0.010
+    times = None if saving_ms is None else {"default": 0.050, "triton": 0.050 - saving_ms}
+    made = [(FakeOp("triton", times), None)] + [(FakeOp("default"), None)] * (products - 1)
+    assert routes.verdict(made, None) is expected
 
 
 def test_a_key_left_undecided_is_looked_at_again_only_after_a_new_gemm_decision(monkeypatch):

@@ -23,14 +23,19 @@
 //
 // route: torch's function on the operands (the GIL released, as torch's bindings do) when the key is
 // not None and routes[settings.cache_id][key] is True, for the current settings (settings_var, else
-// context._defaults) when they are enabled; None otherwise. Errors propagate as torch's bindings
-// translate them (the same Python exception types).
+// context._defaults) when they are enabled; when the value there is a plan (any other object but
+// False: tunekit/ops/gemm/launch_plans.py, a backends/fast_plan.cpp KernelPlan), plan(*operands), for
+// operands that ask for nothing beyond the kernels (no autocast, dispatch mode, forward-mode tangent,
+// lazy negation or conjugation, zero tensor; else None); None otherwise. Errors propagate as torch's
+// bindings translate them (the same Python exception types).
 #include <Python.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/ops/rms_norm.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -144,23 +149,37 @@ PyObject* call_key(GemmRoute* self, PyObject* const* args, Py_ssize_t nargs, at:
   }
 }
 
-// Whether routes[settings.cache_id][key] is True for the current, enabled settings.
-bool routed(GemmRoute* self, PyObject* key) {
+// routes[settings.cache_id][key] for the current, enabled settings (a new reference), or nullptr.
+PyObject* route_of(GemmRoute* self, PyObject* key) {
   PyObject* s = nullptr;
-  if (PyContextVar_Get(self->settings_var, nullptr, &s) < 0) return false;
+  if (PyContextVar_Get(self->settings_var, nullptr, &s) < 0) return nullptr;
   if (s == nullptr || s == Py_None) {
     Py_XDECREF(s);
     s = PyObject_GetAttr(self->context, s_defaults);
-    if (s == nullptr) return false;
+    if (s == nullptr) return nullptr;
   }
   PyObject* enabled = PyObject_GetAttr(s, s_enabled);
   PyObject* cache_id = enabled == Py_True ? PyObject_GetAttr(s, s_cache_id) : nullptr;
   Py_DECREF(s);
   Py_XDECREF(enabled);
-  if (cache_id == nullptr) return false;
+  if (cache_id == nullptr) return nullptr;
   PyObject* table = PyDict_GetItemWithError(self->routes, cache_id);  // borrowed
   Py_DECREF(cache_id);
-  return table != nullptr && PyDict_Check(table) && PyDict_GetItemWithError(table, key) == Py_True;
+  PyObject* value = table != nullptr && PyDict_Check(table) ? PyDict_GetItemWithError(table, key) : nullptr;
+  return Py_XNewRef(value);
+}
+
+// Whether a plan may stand for torch's function on these operands: what at:: functions would do
+// beyond the kernels (autocast's casts, a dispatch mode, forward-mode tangents, lazy negation or
+// conjugation, zero tensors) is not asked for.
+bool plain_operands(const at::Tensor* t, int n) {
+  if (at::autocast::is_autocast_enabled(t[0].device().type()) || c10::impl::TorchDispatchModeTLS::any_modes_set())
+    return false;
+  for (int i = 0; i < n; ++i) {
+    if (!t[i].defined()) continue;
+    if (t[i].is_neg() || t[i].is_conj() || t[i]._is_zerotensor() || t[i]._fw_grad(0).defined()) return false;
+  }
+  return true;
 }
 
 struct WithoutGil {
@@ -188,12 +207,24 @@ PyObject* route_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObjec
   std::optional<double> eps;
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   PyObject* key = call_key(self, args, nargs, t, &eps);
-  const bool hit = key != nullptr && routed(self, key);
+  PyObject* route = key != nullptr ? route_of(self, key) : nullptr;
   Py_XDECREF(key);
-  if (!hit) {
+  if (route == nullptr || route == Py_False) {
+    Py_XDECREF(route);
     PyErr_Clear();  // whatever failed, the general path meets it again
     Py_RETURN_NONE;
   }
+  if (route != Py_True) {  // a plan (launch_plans.py): the decided kernels, for plain operands only
+    bool plain = false;
+    try {
+      plain = plain_operands(t, static_cast<int>(nargs));
+    } catch (...) {
+    }
+    PyObject* result = plain ? PyObject_Vectorcall(route, args, nargs, nullptr) : Py_NewRef(Py_None);
+    Py_DECREF(route);
+    return result;
+  }
+  Py_DECREF(route);
   HANDLE_TH_ERRORS
   return THPVariable_Wrap(torch_function(self->form, t, eps));
   END_HANDLE_TH_ERRORS

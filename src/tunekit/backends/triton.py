@@ -167,6 +167,8 @@ def launch(fn, grid, *args, **kwargs) -> None:
             return
         if not compilers_allowed():
             raise NeedsCompiler(f"{ref.name}: no kept build for these arguments")
+    if triton_static.is_recording():  # a launch only Triton makes: no recorded sequence holds it
+        raise triton_static.NotStatic("a launch through Triton while launches are recorded")
     jit = ref.resolve() if ref is not None else fn
     if not (_warming.active and not interpreted(jit)):
         compiled = jit[grid](*args, **kwargs)

@@ -29,6 +29,7 @@ host tensor descriptors.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -45,7 +46,8 @@ from .driver import entry_point, libcuda
 from .env import switch
 from .triton_kept_files import KERNELS_DIR, Recipe, cubin, cubin_name, file_name, find, keep, triton_version
 
-__all__ = ["NotStatic", "enabled", "call_key", "launch", "load", "record", "recipe_of", "KERNELS_DIR"]
+__all__ = ["NotStatic", "enabled", "call_key", "launch", "load", "record", "recipe_of", "recording", "is_recording", "SCRATCH",
+           "KERNELS_DIR"]
 
 #: bytes of each Triton parameter type a launch packs (pointers: 8)
 _SIZES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "fp32": 4}
@@ -230,24 +232,59 @@ def ctypes_launch(function, gx, gy, gz, block, shared, stream, *values, entry=No
         raise RuntimeError(f"cuLaunchKernel failed: CUresult {err}")
 
 
+class _Recording(threading.local):
+    launches: list | None = None
+
+
+_recording = _Recording()
+#: a launch's scratch buffer in a recorded launch's values (allocated per call by whoever replays it)
+SCRATCH = object()
+
+
+@contextlib.contextmanager
+def recording():
+    """A block in which this thread's launches through :func:`launch` are recorded, not made: yields
+    the list that collects them, each ``(function, (gx, gy, gz), block, shared, scratch bytes, values)``
+    with :data:`SCRATCH` where the scratch buffer goes (a replay allocates it). A launch only Triton
+    could make raises NotStatic: what was recorded is then not the whole sequence
+    (``tunekit/ops/gemm/launch_plans.py`` replays recorded sequences from C++)."""
+    before, _recording.launches = _recording.launches, []
+    try:
+        yield _recording.launches
+    finally:
+        _recording.launches = before
+
+
+def is_recording() -> bool:
+    """Whether this thread is inside :func:`recording` (a launch Triton would make must refuse)."""
+    return _recording.launches is not None
+
+
 def launch(module: str, name: str, grid: tuple, args: tuple, kwargs: dict) -> bool:
     """Launch ``name`` of ``tunekit.kernels.triton.<module>`` on the current device's current stream
     as Triton would for ``kernel[grid](*args, **kwargs)``, when a kept kernel fits; False when Triton
-    must launch it."""
-    if callable(grid):
-        return False
-    index = torch.cuda.current_device()
-    try:
-        found = load(module, name, args, kwargs, index)
-    except NotStatic:
-        return False
+    must launch it. Inside :func:`recording`, record it instead."""
+    recorded = _recording.launches
+    found = None
+    if not callable(grid):
+        index = torch.cuda.current_device()
+        try:
+            found = load(module, name, args, kwargs, index)
+        except NotStatic:
+            pass
     if found is None:
+        if recorded is not None:
+            raise NotStatic(f"{name}: no kept kernel for these arguments (Triton would launch it)")
         return False
     gx, gy, gz = (tuple(grid) + (1, 1))[:3]
     if gx * gy * gz == 0:  # Triton launches nothing for an empty grid
         return True
     r = found.recipe
     values = [args[p] if type(p) is int else kwargs[p] for p in r.passed]
+    if recorded is not None:
+        extras = (SCRATCH if r.scratch else None, None)[:found.extras]
+        recorded.append((found.function, (gx, gy, gz), found.block, r.shared, gx * gy * gz * r.scratch, [*values, *extras]))
+        return True
     scratch = None
     if r.scratch:  # per program, as Triton's launcher allocates it; freed in stream order
         scratch = torch.empty(gx * gy * gz * r.scratch, dtype=torch.uint8, device=index)

@@ -228,8 +228,9 @@ class TuningSession:
         self._to_prepare = [(name, prepare) for name, prepare in self._to_prepare if not which(name)]
 
     def _floor(self, name: str) -> float:
-        """ms of device time challenger ``name`` must save over the default (``margin_rule.floor_ms``)."""
-        return margin_rule.floor_ms(self.op, self.trial, self.op.candidate(name))
+        """ms of device time challenger ``name`` must save over the default (``margin_rule.floor_ms``), for
+        the call as the caller made it (an output it left to the op is new, not the trial's buffer)."""
+        return margin_rule.floor_ms(self.op, self.like_call, self.op.candidate(name))
 
     def _drop_hopeless(self, supported) -> list:
         """The challengers of ``supported`` that could save their floor (``margin_rule.floor_ms``) over

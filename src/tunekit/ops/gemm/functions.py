@@ -66,7 +66,7 @@ def _learnt(route, operands: tuple, routable: bool, y: torch.Tensor, c) -> torch
     beta = 1). ``operands`` are the call's (``c`` its C term or None), ``y`` their product."""
     if routable:
         a, b = operands[-2:]
-        routes.learn(route, operands, lambda: routes.products(c, a, b, y))
+        routes.learn(route, operands, lambda: routes.products(c, a, b, y), y)
     return y
 
 
@@ -197,9 +197,9 @@ def learnt_matmul(input, other, form: str, y: torch.Tensor) -> torch.Tensor:
     folded N-D @ 2-D, and batches of one size."""
     if form == "fold":
         a = input if input.dim() == 2 else folded(input)
-        routes.learn(routes.matmul, (input, other), lambda: routes.products(None, a, other, folded(y)))
+        routes.learn(routes.matmul, (input, other), lambda: routes.products(None, a, other, folded(y)), y)
     else:
-        routes.learn(routes.matmul, (input, other), lambda: routes.products(None, input, other, y))
+        routes.learn(routes.matmul, (input, other), lambda: routes.products(None, input, other, y), y)
     return y
 
 
@@ -237,7 +237,7 @@ def learnt_linear(input, weight, bias, y: torch.Tensor) -> torch.Tensor:
     """``y`` (the tuned linear's result) after teaching the linear route about the call."""
     x = input if input.dim() == 2 else folded(input)
     routes.learn(routes.linear, (input, weight, bias),
-                 lambda: routes.products(bias, x, weight, folded(y), weight=True))
+                 lambda: routes.products(bias, x, weight, folded(y), weight=True), y)
     return y
 
 

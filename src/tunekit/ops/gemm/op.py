@@ -15,6 +15,7 @@ import torch
 
 from .cublaslt_candidates import cublaslt_candidates
 from .cublaslt_epilogue_candidates import cublaslt_epilogue_candidates
+from .launch_plans import plannable
 from .numerics import check_gemm, warm_reference
 from .params import AddmmParams, GemmParams
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
@@ -24,7 +25,7 @@ from ...tunable.shipped import uses_triton
 from ...tunable.tunable_op import TunableOp
 
 __all__ = ["mm_op", "addmm_op", "make_example", "make_addmm_example", "mnk_of", "ONLINE_PREPARATIONS",
-           "CHALLENGER_HOST_MS", "challenger_floor"]
+           "CHALLENGER_HOST_MS", "PLANNED_HOST_MS", "challenger_floor"]
 
 #: Triton configurations an online tuning session compiles per GEMM signature (tunable/preparations.py)
 ONLINE_PREPARATIONS = 4
@@ -37,18 +38,32 @@ ONLINE_PREPARATIONS = 4
 CHALLENGER_HOST_MS = 0.010
 
 
+#: ms of device time a challenger whose calls are planned must save: none beyond the margin. A call
+#: autograd does not record replays its launches from C++ (``launch_plans.py``) and costs the host less
+#: than torch's own: per ``F.linear``-form call on the H100 host, planned 6.5-15.0 us against torch's
+#: 12.5-25.9 (routed 13.6-28.4, the general path 45.7-74.1), 777x1555x333, 1x4096x4096, 64^3,
+#: 512x1024x512 bfloat16 (``benchmarks/results/gemm_plan_host-NVIDIA_H100_80GB_HBM3.txt``). A call
+#: autograd records keeps torch's kernels unless the challenger saves CHALLENGER_HOST_MS (``routes.verdict``).
+PLANNED_HOST_MS = 0.0
+
+
 def challenger_floor(p, candidate) -> float:
     """What ``candidate`` must save over torch's kernel on ``p`` (``tunable/margin_rule.floor_ms``):
     :data:`CHALLENGER_HOST_MS` where the default's call is routed to torch's function from C++ (every
     call but the fused linear's: ``linear_act`` is never routed) and for a Triton candidate anywhere
-    (its launch through Triton's Python launcher); nothing for the fused linear's torch and cuBLASLt
+    (its launch through tunekit's Python path), but only :data:`PLANNED_HOST_MS` for a Triton
+    candidate whose routed calls are planned (``launch_plans.plannable``, no ``out=``, alpha = beta = 1);
+    nothing for the fused linear's torch and cuBLASLt
     candidates: that call takes tunekit's general path whatever runs, and their one call costs the
     host no more than the default's two (addmm, then the activation in place): per call on the H100
     host 22.8-28.4 us for the default, 15.2-22.4 for ``_addmm_activation``, 20.7-23.7 for
     ``cublaslt_bias_h0`` (16 x 14336 x 4096 and 64^3, bfloat16 and float32). With the floor there,
     16 x 14336 x 4096 bfloat16 kept addmm + gelu tanh (44.9 us) over cuBLASLt's bias + GELU
     epilogue (43.1 us), H100."""
-    return CHALLENGER_HOST_MS if p.activation == "none" or uses_triton(candidate) else 0.0
+    if p.activation != "none":
+        return CHALLENGER_HOST_MS if uses_triton(candidate) else 0.0
+    routed = p.out is None and getattr(p, "alpha", 1) == 1 and getattr(p, "beta", 1) == 1
+    return PLANNED_HOST_MS if routed and plannable(candidate) else CHALLENGER_HOST_MS
 
 
 def mnk_of(shape) -> tuple[int, int, int, int | None]:

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import torch
 
+from . import launch_plans
 from .autograd import backward_operands
 from .checks import needs_grad
-from .op import addmm_op, mm_op
+from .op import CHALLENGER_HOST_MS, addmm_op, mm_op
 from .params import AddmmParams, GemmParams
 from ...backends import fast_gemm
 from ...tunable import context
@@ -86,15 +87,29 @@ def routed_keys(s: context.TuningSettings | None = None) -> dict:
     return dict(_routes.get((s or context.current()).cache_id, {}))
 
 
+def _slight(op, r) -> bool:
+    """Whether decision ``r`` (another candidate than ``op``'s default) saves less device time than
+    :data:`CHALLENGER_HOST_MS`, by its entry's times: on a call autograd records, not worth the
+    general path's host time (its plan is for calls autograd does not record)."""
+    e = r.entry
+    mine = e.candidates.get(r.candidate.name) if e is not None else None
+    base = e.candidates.get(op.default.name) if e is not None else None
+    if mine is None or base is None or mine.time_ms is None or base.time_ms is None:
+        return False
+    return base.time_ms - mine.time_ms < CHALLENGER_HOST_MS
+
+
 def verdict(products, s) -> bool | None:
     """True when every ``(op, params)`` is decided for the op's default, False when one is decided
-    for another candidate, None while one is undecided."""
-    undecided = False
+    for another candidate, None while one is undecided. For a call autograd records (``products``
+    holds its backward's GEMMs too) a challenger that saves less than :data:`CHALLENGER_HOST_MS`
+    counts as the default: torch's function from C++ costs the host less than that saves."""
+    undecided, recorded = False, len(products) > 1
     for op, params in products:
         r = op.decision(params, s)
         if r is None:
             undecided = True
-        elif r.candidate is not op.default:
+        elif r.candidate is not op.default and not (recorded and _slight(op, r)):
             return False
     return None if undecided else True
 
@@ -110,9 +125,21 @@ def products(c, a, b, dz, weight: bool = False) -> list:
     return done
 
 
-def learn(route, operands: tuple, plan) -> None:
-    """After the general path ran a call of ``route``'s form on ``operands``: route its key or refuse
-    it once its GEMMs are decided (``plan()``: their :func:`products`)."""
+def _decided_plan(products, s, operands: tuple, result):
+    """A plan (``launch_plans.py``) for a call whose one GEMM (autograd does not record it) is decided
+    for a plannable Triton candidate; ``launch_plans.LATER`` while the plans' extension builds; else None."""
+    if result is None or len(products) != 1:
+        return None
+    op, params = products[0]
+    r = op.decision(params, s)
+    return launch_plans.make(r.candidate, params, operands, result) if r is not None else None
+
+
+def learn(route, operands: tuple, plan, result: torch.Tensor | None = None) -> None:
+    """After the general path ran a call of ``route``'s form on ``operands``: route its key, refuse
+    it, or keep a plan of its launches (``result``: the call's result), once its GEMMs are decided
+    (``plan()``: their :func:`products`). A plan that is not ready yet (its extension builds) leaves
+    the key to a later call."""
     if not _installer.started:
         _installer.start()
     key = route.key(*operands)
@@ -127,7 +154,13 @@ def learn(route, operands: tuple, plan) -> None:
     decided = mm_op.decisions(s) + addmm_op.decisions(s)
     if _looked.get((s.cache_id, key)) == decided:  # nothing decided since it was last found undecided
         return
-    found = verdict(plan(), s)
+    made = plan()
+    found = verdict(made, s)
+    if found is False:
+        planned = _decided_plan(made, s, operands, result)
+        if planned is launch_plans.LATER:  # its extension builds: asked again on a later call
+            return
+        found = planned or False
     if found is None:
         _looked[(s.cache_id, key)] = decided
     else:

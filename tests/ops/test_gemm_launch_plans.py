@@ -1,0 +1,177 @@
+"""Plans (``ops/gemm/launch_plans.py``): a call decided for a Triton kernel replayed from C++. On the CPU:
+how recorded launches become slots, which calls are never planned, that a route holding a plan calls it
+only for operands that ask for nothing beyond the kernels, and how learning stores plans. On a GPU
+(``test_gemm_gpu.py``-style, marked): a planned call equals the candidate's own call for every kind."""
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import tunekit
+from tunekit.backends import triton_static
+from tunekit.backends.fast_plan import SLOT_CONSTANT, SLOT_OPERAND, SLOT_RESULT, SLOT_SCRATCH, SLOT_TEMPORARY
+from tunekit.ops.gemm import launch_plans, mm_op, routes
+from tunekit.ops.gemm.params import GemmParams
+from tunekit.ops.gemm.torch_candidates import torch_mm
+from tunekit.ops.gemm.triton_candidates import TritonGemm, triton_candidates
+from tunekit.tunable import context
+
+needs_routes = pytest.mark.skipif(not routes.ready(), reason="the C++ GEMM routes could not be built here")
+
+
+def test_recorded_launches_become_slots_by_address():
+    x, w, bias = torch.randn(5, 7), torch.randn(3, 7), torch.randn(3)
+    out, workspace = torch.empty(5, 3), torch.empty(2 * 5 * 3)
+    first = (11, (4, 1, 1), 128, 512, 0, [x, w.t(), bias.expand(5, 3), None, workspace, 5, -1, True, 1.0])
+    second = (12, (2, 1, 1), 64, 0, 256, [workspace, out, triton_static.SCRATCH, 0.5])
+    temporaries, launches = launch_plans.slots_of([first, second], (x, w, bias), out)
+    assert temporaries == (workspace.untyped_storage().nbytes(),)
+    assert launches[0] == (11, 4, 1, 1, 128, 512, 0, (
+        (SLOT_OPERAND, 0), (SLOT_OPERAND, 1), (SLOT_OPERAND, 2), (SLOT_CONSTANT, 0), (SLOT_TEMPORARY, 0),
+        (SLOT_CONSTANT, 5), (SLOT_CONSTANT, (1 << 64) - 1), (SLOT_CONSTANT, 1), (SLOT_CONSTANT, 0x3F800000)))
+    assert launches[1] == (12, 2, 1, 1, 64, 0, 256, (
+        (SLOT_TEMPORARY, 0), (SLOT_RESULT, 0), (SLOT_SCRATCH, 0), (SLOT_CONSTANT, 0x3F000000)))
+
+
+@pytest.mark.parametrize("stray", ["view", "type"])
+def test_an_argument_no_slot_can_hold_leaves_the_call_unplanned(stray):
+    x, out = torch.randn(4, 4), torch.empty(4, 4)
+    buffer = torch.randn(64)
+    value = buffer[8:] if stray == "view" else "text"  # a view into an unknown buffer: maybe data, not scratch
+    assert launch_plans.slots_of([(1, (1, 1, 1), 32, 0, 0, [x, value, out])], (x,), out) is None
+
+
+def test_only_triton_kinds_whose_launches_are_all_kept_kernels_are_plannable():
+    kinds = {c.kind: launch_plans.plannable(c) for c in triton_candidates()}
+    assert kinds == {"tma": True, "padded": False, "matmul": True, "skinny": True}
+    assert not launch_plans.plannable(torch_mm)
+
+
+def test_calls_off_the_gpu_or_of_unplannable_candidates_get_no_plan():
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    p = GemmParams(a, b)
+    matmul = next(c for c in triton_candidates() if c.kind == "matmul")
+    padded = next(c for c in triton_candidates() if c.kind == "padded")
+    for candidate in (torch_mm, padded, matmul):
+        assert launch_plans.make(candidate, p, (a, b), a @ b) is None
+
+
+@needs_routes
+def test_a_route_holding_a_plan_calls_it_for_plain_operands_only():
+    x, w = torch.randn(5, 7), torch.randn(3, 7)
+    key = routes.linear.key(x, w, None)
+    answer = torch.full((5, 3), 7.0)
+    calls = []
+
+    def plan(*operands):
+        calls.append(operands)
+        return answer
+    routes._routes.setdefault(context.current().cache_id, {})[key] = plan
+    assert routes.linear(x, w, None) is answer and calls[0][0] is x and calls[0][2] is None
+    assert tunekit.linear(x, w) is answer  # the public function asks the route first
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert routes.linear(x, w, None) is None
+    with _Passthrough():
+        assert routes.linear(x, w, None) is None
+    with TorchFunctionMode():
+        assert routes.linear(x, w, None) is None
+    assert routes.linear(torch._neg_view(x), w, None) is None
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        assert routes.linear(fwAD.make_dual(x, torch.ones_like(x)), w, None) is None
+    assert len(calls) == 2
+
+
+class _Passthrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _Decided:
+    """An op decided for ``candidate`` on every signature."""
+
+    def __init__(self, candidate):
+        self.default, self.candidate = torch_mm, candidate
+
+    def decision(self, params, s):
+        return type("R", (), {"candidate": self.candidate, "entry": None})()
+
+
+@needs_routes
+@pytest.mark.parametrize("made, stored", [("plan", "plan"), ("none", False), ("later", None)])
+def test_learning_keeps_a_plan_refuses_the_key_or_waits_for_the_extension(monkeypatch, made, stored):
+    x, w = torch.randn(5, 7), torch.randn(3, 7)
+    y = F.linear(x, w)
+    triton = next(c for c in triton_candidates() if c.kind == "matmul")
+    plan = object()
+    answer = {"plan": plan, "none": None, "later": launch_plans.LATER}[made]
+    asked = []
+    monkeypatch.setattr(launch_plans, "make", lambda *args: asked.append(args) or answer)
+    routes.learn(routes.linear, (x, w, None), lambda: [(_Decided(triton), GemmParams(x, w.t()))], y)
+    key = routes.linear.key(x, w, None)
+    table = routes.routed_keys()
+    assert asked and asked[0][0] is triton and asked[0][2] == (x, w, None) and asked[0][3] is y
+    if stored is None:
+        assert key not in table and not routes._looked  # asked again on the next call
+    else:
+        assert table == {key: plan if stored == "plan" else False}
+
+
+@needs_routes
+def test_a_call_autograd_records_is_never_planned(monkeypatch):
+    x, w = torch.randn(5, 7, requires_grad=True), torch.randn(3, 7)
+    triton = next(c for c in triton_candidates() if c.kind == "matmul")
+    asked = []
+    monkeypatch.setattr(launch_plans, "make", lambda *args: asked.append(args))
+    decided = _Decided(triton)
+    routes.learn(routes.linear, (x, w, None), lambda: [(decided, None), (decided, None)], F.linear(x, w))
+    assert asked == [] and list(routes.routed_keys().values()) == [False]
+
+
+gpu = pytest.mark.gpu
+
+
+def _kinds_and_shapes():
+    """(candidate, M, N, K, linear?) that each exercise one path: pointer tiles on odd sizes, split-K (a
+    workspace and a second launch), the skinny decode kernel (split too), the persistent TMA kernel (scratch
+    for its device-side descriptors), and a mm of row-major operands."""
+    by = {c.name: c for c in triton_candidates()}
+    return [(by["triton_matmul_m128_n128_k32_g8_sk1_w4_s4"], 777, 1555, 333, True),
+            (by["triton_matmul_m16_n64_k128_g8_sk4_w4_s4"], 16, 4096, 4096, True),
+            (by["triton_skinny_m1_n16_k512_g1_sk2_w4_s1"], 1, 4096, 4096, True),
+            (by["triton_tma_m128_n256_k64_g8_sk1_w8_s3"], 512, 1024, 512, True),
+            (by["triton_matmul_m64_n64_k64_g8_sk1_w4_s3"], 300, 200, 100, False)]
+
+
+@gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("candidate, M, N, K, linear", _kinds_and_shapes(),
+                         ids=lambda v: v.name if isinstance(v, TritonGemm) else str(v))
+def test_a_planned_call_is_the_candidates_own_call(candidate, M, N, K, linear):
+    assert routes.ready() and triton_static.enabled()
+    torch.manual_seed(0)
+    a = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(N, K, dtype=torch.bfloat16, device="cuda")
+    b = w.t() if linear else torch.randn(K, N, dtype=torch.bfloat16, device="cuda")
+    p = GemmParams(a, b)
+    assert candidate.cannot_run(p) is None
+    expected = candidate.run(p)  # compiles and keeps its kernels
+    operands = (a, w, None) if linear else (a, b)
+    plan = None
+    for _ in range(200):  # the plans' extension builds on its worker at the first ask
+        plan = launch_plans.make(candidate, p, operands, expected)
+        if plan is not launch_plans.LATER:
+            break
+        time.sleep(0.1)
+    assert plan is not None and plan is not launch_plans.LATER
+    for _ in range(2):  # fresh operands of the same layout: the plan patches their pointers
+        a2, w2 = torch.randn_like(a), torch.randn_like(w)
+        b2 = w2.t() if linear else torch.randn_like(b)
+        got = plan(*((a2, w2, None) if linear else (a2, b2)))
+        want = candidate.run(GemmParams(a2, b2))
+        torch.cuda.synchronize()
+        assert got.shape == want.shape and torch.equal(got, want)
