@@ -111,3 +111,13 @@ def within(out, ref, allowed) -> None:
 def check(out, a, b, c=None, alpha=1.0, beta=1.0, act="none", tf32=False) -> None:
     """Assert ``out`` is a correct ACT(alpha * a @ b + beta * c) in out's dtype (module docstring)."""
     within(out, *bound(a, b, c, alpha, beta, act, tf32, out.dtype))
+
+
+def run_checked(candidate, p):
+    """Run ``candidate`` on ``p`` (its hard requirements must hold) and return the output (``p.out`` when given)."""
+    why = candidate.cannot_run(p)
+    assert why is None, f"{candidate.name}: {why}"
+    result = candidate.run(p)
+    if p.out is not None:
+        assert result is p.out
+    return result

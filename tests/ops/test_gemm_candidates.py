@@ -6,7 +6,7 @@ what ``supports`` refuses. Without a GPU the kernels run in Triton's interpreter
 import pytest
 import torch
 
-from gemm_checks import ACTS, DTYPES, check, matrix, nans, randn, triton_on_cpu
+from gemm_checks import ACTS, DTYPES, check, matrix, nans, randn, run_checked, triton_on_cpu
 from tunekit.ops.gemm import CONFIGS, AddmmParams, GemmParams, TritonGemm, addmm_op, mm_op
 from tunekit.ops.gemm import triton_launch
 from tunekit.ops.gemm.torch_candidates import torch_addmm, torch_mm
@@ -23,16 +23,6 @@ SMALL = {kind: TritonGemm(kind, Config(BLOCK_M=bm, BLOCK_N=16, BLOCK_K=16, GROUP
          for kind, bm in (("matmul", 16), ("skinny", 4), ("tma", 16), ("padded", 16))}
 SPLIT = TritonGemm("matmul", Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT_K=3, num_warps=4,
                                     num_stages=2))
-
-
-def run_checked(candidate, p):
-    """Run ``candidate`` on ``p`` (its hard requirements must hold) and return the output."""
-    why = candidate.cannot_run(p)
-    assert why is None, f"{candidate.name}: {why}"
-    result = candidate.run(p)
-    if p.out is not None:
-        assert result is p.out
-    return result
 
 
 # -- every configuration -------------------------------------------------------------------------
@@ -59,8 +49,10 @@ def test_every_configuration(index):
 
 
 def test_every_candidate_of_both_ops_is_listed():
+    from tunekit.ops.gemm.triton_wrapped import wrapped_candidates
     names = {TritonGemm(*c).name for c in CONFIGS}
     assert len(names) == len(CONFIGS) >= 40
+    names |= {c.name for c in wrapped_candidates()}
     cublaslt = {f"cublaslt_h{rank}" for rank in range(8)}
     epilogue = {f"cublaslt_bias_h{rank}" for rank in range(8)}
     for op, torch_own in ((mm_op, {"torch_mm"} | cublaslt),

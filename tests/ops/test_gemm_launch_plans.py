@@ -138,13 +138,17 @@ gpu = pytest.mark.gpu
 def _kinds_and_shapes():
     """(candidate, M, N, K, linear?) that each exercise one path: pointer tiles on odd sizes, split-K (a
     workspace and a second launch), the skinny decode kernel (split too), the persistent TMA kernel (scratch
-    for its device-side descriptors), and a mm of row-major operands."""
-    by = {c.name: c for c in triton_candidates()}
+    for its device-side descriptors), a mm of row-major operands, and the wrapped kinds (sizes at run time
+    and as constants)."""
+    from tunekit.ops.gemm.triton_wrapped import wrapped_candidates
+    by = {c.name: c for c in [*triton_candidates(), *wrapped_candidates()]}
     return [(by["triton_matmul_m128_n128_k32_g8_sk1_w4_s4"], 777, 1555, 333, True),
             (by["triton_matmul_m16_n64_k128_g8_sk4_w4_s4"], 16, 4096, 4096, True),
             (by["triton_skinny_m1_n16_k512_g1_sk2_w4_s1"], 1, 4096, 4096, True),
             (by["triton_tma_m128_n256_k64_g8_sk1_w8_s3"], 512, 1024, 512, True),
-            (by["triton_matmul_m64_n64_k64_g8_sk1_w4_s3"], 300, 200, 100, False)]
+            (by["triton_matmul_m64_n64_k64_g8_sk1_w4_s3"], 300, 200, 100, False),
+            (by["triton_wrapped_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True),
+            (by["triton_wrapped_static_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True)]
 
 
 @gpu

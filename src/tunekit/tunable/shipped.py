@@ -9,8 +9,9 @@ is valid here; the user's own entries (``tunekit tune``, online tuning) always c
 
 Valid here means: the same GPU model (name and compute capability), CUDA driver and runtime
 versions, torch and Triton versions up to the minor release (the default candidate is torch's own
-kernel, and Triton compiles the Triton candidates), and exactly the same candidates (each one's
-source hash). tunekit's own version is left out: the candidates' hashes say what changed. The files
+kernel, and Triton compiles the Triton candidates), and the same candidates (each one's source hash)
+as the entry chose among. A candidate added since does not void it: the entry's choice is still the
+best of what it measured, the newcomer is measured at the next pretune (a changed or removed one does). tunekit's own version is left out: the candidates' hashes say what changed. The files
 are the results store's CSV export (``tunekit results export``), one per GPU model, in
 ``tunekit/pretuned/``; ``TUNEKIT_USE_SHIPPED=0`` (or ``tuning(use_shipped=False)``) ignores them.
 
@@ -63,7 +64,7 @@ def problems(shipped: dict[str, str], current: dict[str, str]) -> list[str]:
     out = [f"{k} {shipped.get(k)} -> {current.get(k)}" for k in _EXACT if shipped.get(k) != current.get(k)]
     out += [f"{k} {shipped.get(k)} -> {current.get(k)}" for k in _MINOR
             if _minor(shipped.get(k)) != _minor(current.get(k))]
-    candidates = {k for k in set(shipped) | set(current) if k.startswith("candidate:")}
+    candidates = {k for k in shipped if k.startswith("candidate:")}  # one added since: not measured, not wrong
     out += [f"{k} differs" for k in sorted(candidates) if shipped.get(k) != current.get(k)]
     return out
 

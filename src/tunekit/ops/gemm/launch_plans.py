@@ -13,7 +13,8 @@ from C++.
 
 Planned: calls autograd does not record, decided for a :class:`TritonGemm` of a kind whose every
 launch is a kept kernel and whose only buffers are the result, a split-K workspace and Triton's
-scratch (``matmul``, ``skinny``, ``tma``; ``padded`` copies operands with torch first). Not planned
+scratch (``matmul``, ``skinny``, ``tma``, ``wrapped``, ``wrapped_static``; ``padded`` copies operands with
+torch first). Not planned
 (None: the general path keeps the call, as before): operands that share an address (which slot is
 whose would be a guess), params whose tensors are not the call's operands (a fold that copied),
 a result that is not the candidate's output viewed, a launch only Triton can make, a device
@@ -35,7 +36,7 @@ from ...backends.fast_plan import SLOT_CONSTANT, SLOT_OPERAND, SLOT_RESULT, SLOT
 __all__ = ["PLANNED_KINDS", "LATER", "plannable", "make", "slots_of"]
 
 #: the TritonGemm kinds whose calls can be planned
-PLANNED_KINDS = frozenset({"matmul", "skinny", "tma"})
+PLANNED_KINDS = frozenset({"matmul", "skinny", "tma", "wrapped", "wrapped_static"})
 _MASK = (1 << 64) - 1
 #: what :func:`make` returns while the plans' extension is being built (ask again on a later call)
 LATER = object()

@@ -20,6 +20,7 @@ from .numerics import check_gemm, warm_reference
 from .params import AddmmParams, GemmParams
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
+from .triton_wrapped import wrapped_candidates
 from ...tunable.registry import register
 from ...tunable.shipped import uses_triton
 from ...tunable.tunable_op import TunableOp
@@ -127,7 +128,7 @@ addmm_op.add(torch_addmm_epilogue, supports=epilogue_support)
 for _c in cublaslt_epilogue_candidates():
     addmm_op.add(_c)
 for _op in (mm_op, addmm_op):
-    for _c in triton_candidates():
+    for _c in [*triton_candidates(), *wrapped_candidates()]:
         _op.add(_c)
     # Online, a signature compiles its first 4 Triton configurations worth trying (CONFIGS is best first per
     # shape class: the winners measured on H100 / H200 lead each kind); `tunekit tune` compiles all forty.
