@@ -299,11 +299,14 @@ def test_the_challenger_floor_holds_where_the_default_is_routed_and_for_triton_l
     assert floor_ms(mm_op, GemmParams(a, b), mm_op.candidate("cublaslt_h1")) == CHALLENGER_HOST_MS
 
 
-def test_a_triton_challenger_whose_calls_are_planned_needs_no_floor_beyond_the_margin():
-    """ops/gemm/op.py PLANNED_HOST_MS: a routable call (no out=, alpha = beta = 1) decided for a Triton kind
-    launch_plans replays costs the host less than torch's; padded copies, out= and scaled calls do not replay."""
+def test_a_triton_challenger_whose_calls_are_planned_needs_no_floor_beyond_the_margin(monkeypatch):
+    """ops/gemm/op.py PLANNED_HOST_MS: a routable call (no out=, alpha = beta = the int 1) decided for a Triton
+    kind launch_plans replays costs the host less than torch's; padded copies, out=, scaled calls (and alpha
+    = 1.0, which the routes do not take) do not replay, nor any call where plans are not possible."""
+    from tunekit.ops.gemm import op
     from tunekit.ops.gemm.op import CHALLENGER_HOST_MS, PLANNED_HOST_MS, challenger_floor
     assert PLANNED_HOST_MS == 0.0
+    monkeypatch.setattr(op, "plans_possible", lambda: True)  # here: no driver, so no kept launches
     a, b = matrix(8, 16, torch.bfloat16), matrix(16, 4, torch.bfloat16, "cpu", "col", seed=1)
     c = randn((4,), torch.bfloat16)
     by_kind = {}
@@ -318,3 +321,6 @@ def test_a_triton_challenger_whose_calls_are_planned_needs_no_floor_beyond_the_m
         assert challenger_floor(AddmmParams(c, a, b, alpha=2.0), addmm_op.candidate(by_kind[kind].name)) == \
             CHALLENGER_HOST_MS
     assert challenger_floor(GemmParams(a, b), by_kind["padded"]) == CHALLENGER_HOST_MS
+    assert challenger_floor(AddmmParams(c, a, b, alpha=1.0), addmm_op.candidate(by_kind["tma"].name)) == CHALLENGER_HOST_MS
+    monkeypatch.setattr(op, "plans_possible", lambda: False)
+    assert challenger_floor(GemmParams(a, b), by_kind["matmul"]) == CHALLENGER_HOST_MS

@@ -122,6 +122,24 @@ def test_learning_keeps_a_plan_refuses_the_key_or_waits_for_the_extension(monkey
 
 
 @needs_routes
+def test_a_call_whose_bias_alone_requires_grad_is_never_planned(monkeypatch):
+    """Its products hold no backward GEMM, yet autograd records it: a plan (no autograd node) would lose
+    the bias's gradient. Learning refuses the key, and a plan found in the table anyway is not called."""
+    x, w, b = torch.randn(5, 7), torch.randn(3, 7), torch.randn(3, requires_grad=True)
+    triton = next(c for c in triton_candidates() if c.kind == "matmul")
+    asked = []
+    monkeypatch.setattr(launch_plans, "make", lambda *args: asked.append(args))
+    y = F.linear(x, w, b)
+    assert len(routes.products(b, x, w, y, weight=True)) == 1  # no backward GEMM: only the bias needs a gradient
+    routes.learn(routes.linear, (x, w, b), lambda: [(_Decided(triton), None)], y)
+    assert asked == []
+    assert list(routes.routed_keys().values()) == [False]
+    key = routes.linear.key(x, w, b)
+    routes._routes[context.current().cache_id][key] = lambda *operands: torch.zeros(5, 3)
+    assert routes.linear(x, w, b) is None  # the C++ guard: an operand requires grad under grad mode
+
+
+@needs_routes
 def test_a_call_autograd_records_is_never_planned(monkeypatch):
     x, w = torch.randn(5, 7, requires_grad=True), torch.randn(3, 7)
     triton = next(c for c in triton_candidates() if c.kind == "matmul")

@@ -227,7 +227,7 @@ def test_a_key_left_undecided_is_looked_at_again_only_after_a_new_gemm_decision(
 
 def test_a_key_decided_for_another_candidate_is_never_routed(monkeypatch, general_calls):
     x, w = torch.randn(5, 7), torch.randn(3, 7)
-    monkeypatch.setattr(routes, "verdict", lambda products, s: False)
+    monkeypatch.setattr(routes, "verdict", lambda products, s, is_recorded=None: False)
     for _ in range(3):
         tunekit.linear(x, w)
     assert routes.routed_keys() == {routes.linear.key(x, w, None): False} and len(general_calls) == 3

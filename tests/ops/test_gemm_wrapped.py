@@ -106,6 +106,10 @@ def test_refusals_and_where_they_are_worth_trying(monkeypatch):
     assert triton_wrapped._reach(torch.empty(2 ** 16, 2 ** 15 + 8, device="meta")[:, :16]) == (2 ** 16 - 1) * (2 ** 15 + 8) + 16
     monkeypatch.setattr(triton_wrapped, "_INT32", 21 * 16)  # a's last offset + 1: int32 would overflow there
     assert "int32" in w.cannot_run(GemmParams(a, b))
+    monkeypatch.setattr(triton_wrapped, "_INT32", 21 * 24)  # the output it would allocate (21 x 24) reaches it
+    a_small, b_small = matrix(21, 2, torch.float32, DEVICE), matrix(2, 24, torch.float32, DEVICE, seed=1)
+    assert "int32" in w.cannot_run(GemmParams(a_small, b_small))
+    assert "int32" in w.cannot_run(GemmParams(a_small, b_small, nans((21, 24), torch.float32, DEVICE)))  # one given
     monkeypatch.undo()
     decode = GemmParams(matrix(16, 16, torch.float32, DEVICE), b)
     assert "M > 16" in w.not_worth(decode)

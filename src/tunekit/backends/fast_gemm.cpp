@@ -25,8 +25,8 @@
 // not None and routes[settings.cache_id][key] is True, for the current settings (settings_var, else
 // context._defaults) when they are enabled; when the value there is a plan (any other object but
 // False: tunekit/ops/gemm/launch_plans.py, a backends/fast_plan.cpp KernelPlan), plan(*operands), for
-// operands that ask for nothing beyond the kernels (no autocast, dispatch mode, forward-mode tangent,
-// lazy negation or conjugation, zero tensor; else None); None otherwise. Errors propagate as torch's
+// operands that ask for nothing beyond the kernels (no autocast, dispatch mode, operand requiring grad
+// under grad mode, forward-mode tangent, lazy negation or conjugation, zero tensor; else None); None otherwise. Errors propagate as torch's
 // bindings translate them (the same Python exception types).
 #include <Python.h>
 
@@ -175,8 +175,10 @@ PyObject* route_of(GemmRoute* self, PyObject* key) {
 bool plain_operands(const at::Tensor* t, int n) {
   if (at::autocast::is_autocast_enabled(t[0].device().type()) || c10::impl::TorchDispatchModeTLS::any_modes_set())
     return false;
+  const bool grad_mode = c10::GradMode::is_enabled();
   for (int i = 0; i < n; ++i) {
     if (!t[i].defined()) continue;
+    if (grad_mode && t[i].requires_grad()) return false;  // a plan makes no autograd node
     if (t[i].is_neg() || t[i].is_conj() || t[i]._is_zerotensor() || t[i]._fw_grad(0).defined()) return false;
   }
   return true;
@@ -217,7 +219,7 @@ PyObject* route_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObjec
   if (route != Py_True) {  // a plan (launch_plans.py): the decided kernels, for plain operands only
     bool plain = false;
     try {
-      plain = plain_operands(t, static_cast<int>(nargs));
+      plain = plain_operands(t, self->form == kRmsNorm ? 2 : static_cast<int>(nargs));
     } catch (...) {
     }
     PyObject* result = plain ? PyObject_Vectorcall(route, args, nargs, nullptr) : Py_NewRef(Py_None);

@@ -2,7 +2,7 @@
 // against libtorch, built at first use by tunekit.backends.fast_plan (as fast_call.cpp is; see there
 // for why). One type:
 //
-//   KernelPlan(entry, device_index, stream_fn, result_sizes, result_strides, temporaries, launches)
+//   KernelPlan(entry, operands, device_index, stream_fn, result_sizes, result_strides, temporaries, launches)
 //     plan(*operands) -> the result tensor
 //
 // entry: the address of the driver's cuLaunchKernel (or a stand-in with its C signature: the tests pass a
@@ -21,13 +21,15 @@
 // The plan checks nothing about the operands beyond their count and types: what it was built for (sizes,
 // strides, dtype, alignment) is its caller's key (fast_gemm.cpp's GemmRoute routes a call to a plan
 // only for the layout key the plan was built from). A refused launch is retried once after the context
-// hook made a context current (fast_call.cpp's set_context_hook, shared through the module's own
-// set_context_hook); a driver error raises RuntimeError with its CUresult.
+// hook made a context current (as fast_call.cpp's set_context_hook: this module has its own); a driver
+// error raises RuntimeError with its CUresult; torch's own errors (an allocation out of memory) keep
+// their Python types, as torch's bindings translate them.
 #include <Python.h>
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -146,30 +148,21 @@ PyObject* plan_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject
     }
     ops[i] = THPVariable_Unpack(args[i]);
   }
-  at::Tensor result;
-  std::vector<at::Tensor> temps;
+  HANDLE_TH_ERRORS
   c10::OptionalDeviceGuard guard;
-  try {
-    const c10::Device device = ops[0].device();  // switched only when another device is current
-    if (device.is_cuda() && c10::impl::getDeviceGuardImpl(device.type())->getDevice() != device) guard.reset_device(device);
-    result = at::empty_strided(d.sizes, d.strides, ops[0].options());
-    for (std::int64_t bytes : d.temporaries) temps.push_back(at::empty({bytes}, ops[0].options().dtype(at::kByte)));
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  const c10::Device device = ops[0].device();  // switched only when another device is current
+  if (device.is_cuda() && c10::impl::getDeviceGuardImpl(device.type())->getDevice() != device) guard.reset_device(device);
+  at::Tensor result = at::empty_strided(d.sizes, d.strides, ops[0].options());
+  std::vector<at::Tensor> temps;
+  for (std::int64_t bytes : d.temporaries) temps.push_back(at::empty({bytes}, ops[0].options().dtype(at::kByte)));
   PyObject* stream = PyObject_Vectorcall(self->stream_fn, &self->device_index, 1, nullptr);
   if (stream == nullptr) return nullptr;
   void* stream_handle = PyLong_AsVoidPtr(stream);
   Py_DECREF(stream);
   if (stream_handle == nullptr && PyErr_Occurred()) return nullptr;
-  try {
-    if (!run_launches(d, ops.data(), result, temps, stream_handle)) return nullptr;
-  } catch (const std::exception& e) {  // a scratch allocation
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  if (!run_launches(d, ops.data(), result, temps, stream_handle)) return nullptr;
   return THPVariable_Wrap(std::move(result));
+  END_HANDLE_TH_ERRORS
 }
 
 // A tuple of ints as int64s; false with a Python error set.

@@ -118,6 +118,8 @@ def shipped_entry(op: str, signature: str, device_name: str, current: dict[str, 
         entry = _lookup(file_for(device_name, directory), op, signature)
     if entry is None or entry.device != device_name or problems(entry.validators, current):
         return None
+    if f"candidate:{entry.choice}" not in entry.validators:  # what it chose must be one it names (and so checks)
+        return None
     return entry
 
 

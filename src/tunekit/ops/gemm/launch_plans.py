@@ -33,7 +33,7 @@ from ...backends.device import raw_stream
 from ...backends.fast_launch import driver_entry_point
 from ...backends.fast_plan import SLOT_CONSTANT, SLOT_OPERAND, SLOT_RESULT, SLOT_SCRATCH, SLOT_TEMPORARY
 
-__all__ = ["PLANNED_KINDS", "LATER", "plannable", "make", "slots_of"]
+__all__ = ["PLANNED_KINDS", "LATER", "plannable", "possible", "make", "slots_of"]
 
 #: the TritonGemm kinds whose calls can be planned
 PLANNED_KINDS = frozenset({"matmul", "skinny", "tma", "wrapped", "wrapped_static"})
@@ -92,8 +92,20 @@ def slots_of(launches: list, operands: tuple, out: torch.Tensor) -> tuple[tuple,
     return tuple(temporaries), tuple(made)
 
 
-def _built(module) -> None:
-    """Nothing to install: a later call's :func:`make` finds the module loaded."""
+_asked = []
+
+
+def _start_build() -> None:
+    """Build the plans' extension on its worker, asked once (a later call's :func:`make` finds it loaded)."""
+    if not _asked:
+        _asked.append(True)
+        fast_plan.when_loaded(lambda module: None)
+
+
+def possible() -> bool:
+    """Whether calls can be planned here: kept Triton launches in use and the plans' extension not refused
+    (built, or building). Where not, a decided Triton call takes the general path."""
+    return triton_static.enabled() and not fast_plan.unavailable_now()
 
 
 def _distinct(operands: tuple) -> list[int] | None:
@@ -112,7 +124,7 @@ def make(candidate, params, operands: tuple, result: torch.Tensor):
     if native is None:
         if fast_plan.unavailable_now():
             return None
-        fast_plan.when_loaded(_built)
+        _start_build()
         return LATER
     pointers = _distinct(operands)
     inputs = [t for t in (params.a, params.b, getattr(params, "c", None)) if t is not None]

@@ -15,7 +15,7 @@ import torch
 
 from .cublaslt_candidates import cublaslt_candidates
 from .cublaslt_epilogue_candidates import cublaslt_epilogue_candidates
-from .launch_plans import plannable
+from .launch_plans import plannable, possible as plans_possible
 from .numerics import check_gemm, warm_reference
 from .params import AddmmParams, GemmParams
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
@@ -53,7 +53,8 @@ def challenger_floor(p, candidate) -> float:
     :data:`CHALLENGER_HOST_MS` where the default's call is routed to torch's function from C++ (every
     call but the fused linear's: ``linear_act`` is never routed) and for a Triton candidate anywhere
     (its launch through tunekit's Python path), but only :data:`PLANNED_HOST_MS` for a Triton
-    candidate whose routed calls are planned (``launch_plans.plannable``, no ``out=``, alpha = beta = 1);
+    candidate whose routed calls are planned (``launch_plans.plannable`` where plans are possible here, no
+    ``out=``, alpha = beta = the int 1, as the routes take them);
     nothing for the fused linear's torch and cuBLASLt
     candidates: that call takes tunekit's general path whatever runs, and their one call costs the
     host no more than the default's two (addmm, then the activation in place): per call on the H100
@@ -63,8 +64,8 @@ def challenger_floor(p, candidate) -> float:
     epilogue (43.1 us), H100."""
     if p.activation != "none":
         return CHALLENGER_HOST_MS if uses_triton(candidate) else 0.0
-    routed = p.out is None and getattr(p, "alpha", 1) == 1 and getattr(p, "beta", 1) == 1
-    return PLANNED_HOST_MS if routed and plannable(candidate) else CHALLENGER_HOST_MS
+    routed = p.out is None and all(type(x) is int and x == 1 for x in (getattr(p, "alpha", 1), getattr(p, "beta", 1)))
+    return PLANNED_HOST_MS if routed and plannable(candidate) and plans_possible() else CHALLENGER_HOST_MS
 
 
 def mnk_of(shape) -> tuple[int, int, int, int | None]:

@@ -43,7 +43,7 @@ from .params import AddmmParams, GemmParams
 from ...backends import fast_gemm
 from ...tunable import context
 
-__all__ = ["FORMS", "learn", "ready", "routed_keys", "forget", "verdict", "products", "linear", "mm", "addmm", "bmm", "baddbmm", "matmul"]
+__all__ = ["FORMS", "learn", "ready", "routed_keys", "forget", "verdict", "recorded", "products", "linear", "mm", "addmm", "bmm", "baddbmm", "matmul"]
 
 #: the public forms, in the order of fast_gemm.cpp's form codes
 FORMS = ("linear", "mm", "addmm", "bmm", "baddbmm", "matmul")
@@ -99,12 +99,19 @@ def _slight(op, r) -> bool:
     return base.time_ms - mine.time_ms < CHALLENGER_HOST_MS
 
 
-def verdict(products, s) -> bool | None:
+def recorded(operands: tuple) -> bool:
+    """Whether autograd records a call on ``operands``: grad mode on and one of them requires grad (a
+    bias alone too: its products hold no backward GEMM, yet the call needs torch's or tunekit's node)."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in operands)
+
+
+def verdict(products, s, is_recorded: bool | None = None) -> bool | None:
     """True when every ``(op, params)`` is decided for the op's default, False when one is decided
-    for another candidate, None while one is undecided. For a call autograd records (``products``
-    holds its backward's GEMMs too) a challenger that saves less than :data:`CHALLENGER_HOST_MS`
-    counts as the default: torch's function from C++ costs the host less than that saves."""
-    undecided, recorded = False, len(products) > 1
+    for another candidate, None while one is undecided. For a call autograd records (``is_recorded``;
+    by default: ``products`` holds its backward's GEMMs too) a challenger that saves less than
+    :data:`CHALLENGER_HOST_MS` counts as the default: torch's function from C++ costs the host less
+    than that saves."""
+    undecided, recorded = False, len(products) > 1 if is_recorded is None else is_recorded
     for op, params in products:
         r = op.decision(params, s)
         if r is None:
@@ -126,13 +133,17 @@ def products(c, a, b, dz, weight: bool = False) -> list:
 
 
 def _decided_plan(products, s, operands: tuple, result):
-    """A plan (``launch_plans.py``) for a call whose one GEMM (autograd does not record it) is decided
-    for a plannable Triton candidate; ``launch_plans.LATER`` while the plans' extension builds; else None."""
-    if result is None or len(products) != 1:
+    """A plan (``launch_plans.py``) for a call autograd does not record whose one GEMM is decided for a
+    plannable Triton candidate; ``launch_plans.LATER`` while the plans' extension builds; else None
+    (also when making it fails, out of memory say: the call itself has succeeded)."""
+    if result is None or len(products) != 1 or recorded(operands):
         return None
     op, params = products[0]
     r = op.decision(params, s)
-    return launch_plans.make(r.candidate, params, operands, result) if r is not None else None
+    try:
+        return launch_plans.make(r.candidate, params, operands, result) if r is not None else None
+    except Exception:  # noqa: BLE001 - a plan is an optimisation: the general path keeps the key
+        return None
 
 
 def learn(route, operands: tuple, plan, result: torch.Tensor | None = None) -> None:
@@ -155,7 +166,7 @@ def learn(route, operands: tuple, plan, result: torch.Tensor | None = None) -> N
     if _looked.get((s.cache_id, key)) == decided:  # nothing decided since it was last found undecided
         return
     made = plan()
-    found = verdict(made, s)
+    found = verdict(made, s, recorded(operands))
     if found is False:
         planned = _decided_plan(made, s, operands, result)
         if planned is launch_plans.LATER:  # its extension builds: asked again on a later call

@@ -35,7 +35,7 @@ WRAPPED_CONFIGS = [(64, 128, 32, 8, 4), (128, 64, 32, 8, 4), (64, 128, 32, 4, 3)
                    (128, 128, 64, 8, 5), (64, 64, 32, 4, 2)]
 _KERNELS = {"wrapped": "matmul_wrapped_kernel", "wrapped_static": "matmul_wrapped_static_kernel"}
 _HERE = Path(__file__).resolve()
-_FILES = [_HERE, _HERE.parent / "triton_launch.py"] + [
+_FILES = [_HERE, _HERE.parent / "triton_launch.py", _HERE.parent / "triton_candidates.py"] + [
     _HERE.parents[2] / "kernels" / "triton" / name for name in ("gemm_wrapped.py", "gemm.py", "activations.py")]
 _source_text: str | None = None
 _loaded: dict[str, object] = {}
@@ -73,8 +73,12 @@ class TritonWrapped(TritonGemm):
             return why
         if p.batch != 1:
             return "wrapped kernel: a batch of one only"
+        M, N, K = p.mnk
         tensors = [p.a, p.b, getattr(p, "c", None), p.out]
-        if any(t is not None and _reach(t) >= _INT32 for t in tensors) or max(p.mnk) >= _INT32:
+        new_out = M * N if p.out is None else 0  # the output it allocates: contiguous M x N
+        cfg = self.config
+        past = max(M + cfg.BLOCK_M, N + cfg.BLOCK_N, K + cfg.BLOCK_K)  # the last tile's row / column / K indices
+        if any(t is not None and _reach(t) >= _INT32 for t in tensors) or new_out >= _INT32 or past >= _INT32:
             return "wrapped kernel: int32 indices (element offsets below 2^31)"
         return None
 
@@ -109,7 +113,7 @@ class TritonWrapped(TritonGemm):
 
     def source_hash(self) -> str:
         global _source_text
-        if _source_text is None:  # the kernels, their launcher and these candidates: a change to any re-tunes
+        if _source_text is None:  # the kernels, their launcher, this class and its base: a change to any re-tunes
             _source_text = "".join(f.read_text() for f in _FILES)
         return hash_source(_source_text, self.kind, self.config)
 
