@@ -19,6 +19,7 @@ from tunekit.ops.gemm.params import GemmParams
 from tunekit.ops.gemm.torch_candidates import torch_mm
 from tunekit.ops.gemm.triton_candidates import TritonGemm, triton_candidates
 from tunekit.tunable import context
+from tunekit.tunable.config import Config
 
 needs_routes = pytest.mark.skipif(not routes.ready(), reason="the C++ GEMM routes could not be built here")
 
@@ -51,13 +52,46 @@ def test_only_triton_kinds_whose_launches_are_all_kept_kernels_are_plannable():
     assert not launch_plans.plannable(torch_mm)
 
 
-def test_calls_off_the_gpu_or_of_unplannable_candidates_get_no_plan():
+def test_what_is_never_planned_says_why():
     a, b = torch.randn(5, 7), torch.randn(7, 3)
-    p = GemmParams(a, b)
+    y = a @ b
     matmul = next(c for c in triton_candidates() if c.kind == "matmul")
     padded = next(c for c in triton_candidates() if c.kind == "padded")
-    for candidate in (torch_mm, padded, matmul):
-        assert launch_plans.make(candidate, p, (a, b), a @ b) is None
+    refusal = launch_plans.refusal
+    assert "kept kernels" in refusal(torch_mm, GemmParams(a, b), (a, b), y)
+    assert "kept kernels" in refusal(padded, GemmParams(a, b), (a, b), y)  # its operand copies are torch's
+    assert "not contiguous" in refusal(matmul, GemmParams(a, b), (a, b), y.t().contiguous().t())
+    assert "out= given" in refusal(matmul, GemmParams(a, b, torch.empty(5, 3)), (a, b), y)
+    square = torch.randn(6, 6)
+    assert "share an address" in refusal(matmul, GemmParams(square, square.t()), (square, square), square @ square.t())
+    x, w = torch.randn(2, 6, 7).transpose(0, 1), torch.randn(3, 7)  # leading dims that fold only by a copy
+    copied = x.reshape(-1, 7)
+    assert copied.data_ptr() != x.data_ptr()
+    assert "not the call's operands" in refusal(matmul, GemmParams(copied, w.t()), (x, w, None), torch.empty(6, 2, 3))
+    assert "no kept Triton launches" in refusal(matmul, GemmParams(a, b), (a, b), y)  # this CPU: the rest holds
+
+
+class _Recorder:
+    """A plannable-looking candidate whose run records one launch reading ``extra`` (a fresh buffer)."""
+
+    def __init__(self, split):
+        self.config, self.extra = Config(SPLIT_K=split), torch.empty(64)
+
+    def run(self, p):
+        out = torch.empty(5, 3)
+        triton_static._recording.launches.append((1, (1, 1, 1), 32, 0, 0, [p.a, p.b, out, self.extra]))
+        return out
+
+
+@pytest.mark.parametrize("split, planned", [(1, False), (2, True)])
+def test_a_recorded_call_may_hold_a_temporary_only_with_split_k(split, planned):
+    """A fresh buffer its launches read is the split-K workspace only; any other could be data a torch op
+    (not recorded) was to fill: no plan."""
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    made = launch_plans._record(_Recorder(split), GemmParams(a, b), (a, b), torch.empty(5, 3))
+    assert (made is not None) is planned
+    if planned:
+        assert made[0] == (64 * 4,) and made[1][0][-1][3] == (SLOT_TEMPORARY, 0)
 
 
 @needs_routes

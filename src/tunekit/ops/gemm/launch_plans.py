@@ -12,8 +12,8 @@ in the route table; later calls of the layout allocate the result, patch the poi
 from C++.
 
 Planned: calls autograd does not record, decided for a :class:`TritonGemm` of a kind whose every
-launch is a kept kernel and whose only buffers are the result, a split-K workspace and Triton's
-scratch (``matmul``, ``skinny``, ``tma``, ``wrapped``, ``wrapped_static``; ``padded`` copies operands with
+launch is a kept kernel and whose only buffers are the result, a split-K workspace (the one
+temporary, and only with split-K) and Triton's scratch (``matmul``, ``skinny``, ``tma``, ``wrapped``, ``wrapped_static``; ``padded`` copies operands with
 torch first). Not planned
 (None: the general path keeps the call, as before): operands that share an address (which slot is
 whose would be a guess), params whose tensors are not the call's operands (a fold that copied),
@@ -33,7 +33,7 @@ from ...backends.device import raw_stream
 from ...backends.fast_launch import driver_entry_point
 from ...backends.fast_plan import SLOT_CONSTANT, SLOT_OPERAND, SLOT_RESULT, SLOT_SCRATCH, SLOT_TEMPORARY
 
-__all__ = ["PLANNED_KINDS", "LATER", "plannable", "possible", "make", "slots_of"]
+__all__ = ["PLANNED_KINDS", "LATER", "plannable", "possible", "refusal", "make", "slots_of"]
 
 #: the TritonGemm kinds whose calls can be planned
 PLANNED_KINDS = frozenset({"matmul", "skinny", "tma", "wrapped", "wrapped_static"})
@@ -113,12 +113,47 @@ def _distinct(operands: tuple) -> list[int] | None:
     return pointers if len(set(pointers)) == len(pointers) else None
 
 
+def refusal(candidate, params, operands: tuple, result: torch.Tensor) -> str | None:
+    """Why calls laid out as ``operands`` decided for ``candidate`` on ``params`` cannot be planned, from
+    what is known before recording (None: they can, if its launches record)."""
+    if not plannable(candidate):
+        return "not a kind whose launches are all kept kernels"
+    if not result.is_contiguous():
+        return "a result that is not contiguous"
+    if params.out is not None:
+        return "an out= given"
+    pointers = _distinct(operands)
+    if pointers is None:
+        return "operands that share an address (which slot is whose would be a guess)"
+    if any(t is not None and t.data_ptr() not in pointers for t in (params.a, params.b, getattr(params, "c", None))):
+        return "params whose tensors are not the call's operands (a fold that copied)"
+    if not result.is_cuda or not triton_static.enabled():
+        return "no kept Triton launches here (not CUDA, or kept launches off)"
+    return None
+
+
+def _record(candidate, params, operands: tuple, result: torch.Tensor) -> tuple | None:
+    """(temporaries, launch tuples) of ``candidate``'s call on ``params``, recorded, not launched; None
+    where a launch only Triton makes, an argument no slot holds, an output that is not the result's
+    buffer, or a temporary it should not have (only split-K has one: its workspace)."""
+    try:
+        with triton_static.recording() as launches:
+            out = candidate.run(params)
+    except triton_static.NotStatic:
+        return None
+    if out.numel() != result.numel() or not out.is_contiguous() or out.data_ptr() in _distinct(operands):
+        return None
+    made = slots_of(launches, operands, out)
+    expected = 1 if candidate.config.SPLIT_K > 1 else 0
+    return made if made is not None and len(made[0]) == expected else None
+
+
 def make(candidate, params, operands: tuple, result: torch.Tensor):
     """A plan for calls laid out as ``operands`` (positional, as the form's torch function takes them)
     decided for ``candidate`` on ``params`` (the call's GEMM), whose general-path result was
-    ``result``; None where it cannot be made (the module's docstring); :data:`LATER` while the
-    extension is being built (on its worker: no call waits for it)."""
-    if not plannable(candidate) or not result.is_cuda or not result.is_contiguous() or not triton_static.enabled():
+    ``result``; None where it cannot be made (:func:`refusal`, :func:`_record`); :data:`LATER` while
+    the extension is being built (on its worker: no call waits for it)."""
+    if refusal(candidate, params, operands, result) is not None:
         return None
     native = fast_plan.loaded()
     if native is None:
@@ -126,18 +161,7 @@ def make(candidate, params, operands: tuple, result: torch.Tensor):
             return None
         _start_build()
         return LATER
-    pointers = _distinct(operands)
-    inputs = [t for t in (params.a, params.b, getattr(params, "c", None)) if t is not None]
-    if pointers is None or params.out is not None or any(t.data_ptr() not in pointers for t in inputs):
-        return None
-    try:
-        with triton_static.recording() as launches:
-            out = candidate.run(params)
-    except triton_static.NotStatic:
-        return None
-    if out.numel() != result.numel() or not out.is_contiguous() or out.data_ptr() in pointers:
-        return None
-    made = slots_of(launches, operands, out)
+    made = _record(candidate, params, operands, result)
     if made is None:
         return None
     temporaries, launch_tuples = made
