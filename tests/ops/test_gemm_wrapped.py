@@ -119,3 +119,18 @@ def test_refusals_and_where_they_are_worth_trying(monkeypatch):
     assert w.not_worth(odd) is None  # issue 23's small odd shape (2^28.6)
     with pytest.raises(ValueError, match="unknown wrapped"):
         TritonWrapped("matmul", SMALL["wrapped"].config)
+
+
+def test_online_tuning_compiles_the_template_before_padded_copies_on_small_odd_problems():
+    """ops/gemm/op.py triton_order: where both are worth trying (777 x 1555 x 333 as F.linear: no operand TMA
+    reads), the first ONLINE_PREPARATIONS Triton candidates worth trying are the static template's."""
+    from tunekit.ops.gemm.op import ONLINE_PREPARATIONS, triton_order
+    order = [c.kind for c in triton_order()]
+    assert order.index("wrapped_static") > max(i for i, k in enumerate(order) if k == "tma")
+    assert max(i for i, k in enumerate(order) if k == "wrapped") < order.index("padded")
+    assert [c.name for c in mm_op.candidates if hasattr(c, "kind")] == [c.name for c in triton_order()]
+    x, w = torch.empty(777, 333, device="meta"), torch.empty(1555, 333, device="meta")
+    p = GemmParams(x, w.t())
+    worth = [c for c in triton_order() if c.not_worth(p) is None and (c.kind != "tma")]  # tma: rows of 666 bytes
+    assert [c.kind for c in worth[:ONLINE_PREPARATIONS]] == ["wrapped_static"] * ONLINE_PREPARATIONS
+    assert worth[0].name == "triton_wrapped_static_m64_n128_k32_g8_sk1_w8_s4"
