@@ -1,11 +1,13 @@
-"""Pre-tuned results to ship for this GPU model: offline tuning of the benchmark suites' signatures.
+r"""Pre-tuned results to ship for this GPU model: offline tuning of the benchmark suites' signatures.
 
 Run on the GPU whose results are shipped: ``PYTHONPATH=src python benchmarks/pretune.py [--out DIR]
 [--families silu,gelu,gelu_tanh,logsumexp,gemm] [--budget-ms 1000] [--time-limit 500]``. Writes
 ``<GPU model>.csv`` (``tunable/shipped.py``: the results store's CSV export) into ``--out`` (default:
 ``src/tunekit/pretuned``) after every signature, so a run cut short keeps what it tuned. ``--update``
 keeps the file's entries of the ops not tuned now (``--families gemm --update`` after a GEMM
-candidate changed: the other ops' entries are still valid).
+candidate changed: the other ops' entries are still valid); ``--only REGEX`` tunes only the
+signatures whose label matches it and keeps every other entry (``--only '\.M(1|16) '`` after
+candidates for decode shapes were added: entries stay valid when candidates are only added).
 
 Signatures: the first-use suite's (silu, gelu, gelu tanh: forward and backward at its shapes;
 logsumexp forward and backward at the logsumexp suite's shapes; float32, float16, bfloat16) and
@@ -22,6 +24,7 @@ import argparse
 import dataclasses
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -115,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-ms", type=float, default=1000.0, help="tuning budget per signature")
     ap.add_argument("--time-limit", type=float, default=500.0, help="seconds; later signatures are left out")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu only shows that the script runs")
+    ap.add_argument("--only", default=None, help="a regular expression: tune only the signatures whose label it "
+                    "finds (e.g. 'mm .*\\.M1 '), keeping the file's other entries")
     ap.add_argument("--update", action="store_true",
                     help="keep the file's entries of the ops not tuned now (e.g. --families gemm after a new "
                          "GEMM candidate) and bundle every family's kernels")
@@ -144,10 +149,15 @@ def main(argv=None) -> int:
     settings = dataclasses.replace(context.current(), max_tuning_ms=args.budget_ms, results=store.path,
                                    use_shipped=False)
     start, todo = time.perf_counter(), work(args.families.split(","), device)
+    if args.only:
+        todo = [t for t in todo if re.search(args.only, t[0])]
+        args.update = True  # every entry not tuned now stays
     tuned_ops = {op_name for _, op_name, _ in todo}
-    kept = [e for e in shipped.entries_for(target).values() if e.op not in tuned_ops] if args.update else []
+    before = list(shipped.entries_for(target).values())
+    kept = [e for e in before if args.only or e.op not in tuned_ops] if args.update else []
     if args.update:
         args.families = ",".join(FAMILIES + ("gemm",))  # the bundle holds the kept entries' kernels too
+    complete = kept
     for i, (label, _, make) in enumerate(todo):
         if time.perf_counter() - start > args.time_limit:
             print(f"time limit: {len(todo) - i} signatures left out", flush=True)
@@ -156,6 +166,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         entry = tune_params(op, params, settings)
         store.put(entry)
+        kept = [e for e in kept if (e.op, e.signature) != (entry.op, entry.signature)]
         complete = kept + [e for e in store.entries() if e.complete]
         write_csv(target, sorted(complete, key=lambda e: (e.op, e.signature)))
         print(f"[{i + 1}/{len(todo)}] {label}: {entry.choice}{'' if entry.complete else ' (incomplete: not shipped)'}"

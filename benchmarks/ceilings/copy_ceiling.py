@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from activations import head_to_head  # noqa: E402
+from tunekit.bench.suites.common import head_to_head  # noqa: E402
 from tunekit.backends import cuda, nvrtc  # noqa: E402
 from tunekit.backends import driver as driver_module  # noqa: E402
 from tunekit.bench.measure import copy_bandwidth, versions  # noqa: E402

@@ -15,9 +15,10 @@ import tunekit
 from tunekit.backends import triton_static
 from tunekit.backends.fast_plan import SLOT_CONSTANT, SLOT_OPERAND, SLOT_RESULT, SLOT_SCRATCH, SLOT_TEMPORARY
 from tunekit.ops.gemm import launch_plans, mm_op, routes
+from tunekit.ops.gemm.cuda_decode import decode_candidates
 from tunekit.ops.gemm.params import GemmParams
 from tunekit.ops.gemm.torch_candidates import torch_mm
-from tunekit.ops.gemm.triton_candidates import TritonGemm, triton_candidates
+from tunekit.ops.gemm.triton_candidates import triton_candidates
 from tunekit.tunable import context
 from tunekit.tunable.config import Config
 
@@ -50,6 +51,7 @@ def test_only_triton_kinds_whose_launches_are_all_kept_kernels_are_plannable():
     kinds = {c.kind: launch_plans.plannable(c) for c in triton_candidates()}
     assert kinds == {"tma": True, "padded": False, "matmul": True, "skinny": True}
     assert not launch_plans.plannable(torch_mm)
+    assert all(launch_plans.plannable(c) for c in decode_candidates())  # one launch into the result
 
 
 def test_what_is_never_planned_says_why():
@@ -190,8 +192,8 @@ gpu = pytest.mark.gpu
 def _kinds_and_shapes():
     """(candidate, M, N, K, linear?) that each exercise one path: pointer tiles on odd sizes, split-K (a
     workspace and a second launch), the skinny decode kernel (split too), the persistent TMA kernel (scratch
-    for its device-side descriptors), a mm of row-major operands, and the wrapped kinds (sizes at run time
-    and as constants)."""
+    for its device-side descriptors), a mm of row-major operands, the wrapped kinds (sizes at run time
+    and as constants) and the CUDA C decode kernel (a launch recorded by record_launch)."""
     from tunekit.ops.gemm.triton_wrapped import wrapped_candidates
     by = {c.name: c for c in [*triton_candidates(), *wrapped_candidates()]}
     return [(by["triton_matmul_m128_n128_k32_g8_sk1_w4_s4"], 777, 1555, 333, True),
@@ -200,13 +202,14 @@ def _kinds_and_shapes():
             (by["triton_tma_m128_n256_k64_g8_sk1_w8_s3"], 512, 1024, 512, True),
             (by["triton_matmul_m64_n64_k64_g8_sk1_w4_s3"], 300, 200, 100, False),
             (by["triton_wrapped_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True),
-            (by["triton_wrapped_static_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True)]
+            (by["triton_wrapped_static_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True),
+            (decode_candidates()[0], 3, 1000, 4104, True)]
 
 
 @gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("candidate, M, N, K, linear", _kinds_and_shapes(),
-                         ids=lambda v: v.name if isinstance(v, TritonGemm) else str(v))
+                         ids=lambda v: getattr(v, "name", str(v)))
 def test_a_planned_call_is_the_candidates_own_call(candidate, M, N, K, linear):
     assert routes.ready() and triton_static.enabled()
     torch.manual_seed(0)
@@ -214,7 +217,7 @@ def test_a_planned_call_is_the_candidates_own_call(candidate, M, N, K, linear):
     w = torch.randn(N, K, dtype=torch.bfloat16, device="cuda")
     b = w.t() if linear else torch.randn(K, N, dtype=torch.bfloat16, device="cuda")
     p = GemmParams(a, b)
-    assert candidate.cannot_run(p) is None
+    assert getattr(candidate, "cannot_run", candidate.supports)(p) is None
     expected = candidate.run(p)  # compiles and keeps its kernels
     operands = (a, w, None) if linear else (a, b)
     plan = None

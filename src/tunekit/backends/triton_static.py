@@ -46,7 +46,8 @@ from .driver import entry_point, libcuda
 from .env import switch
 from .triton_kept_files import KERNELS_DIR, Recipe, cubin, cubin_name, file_name, find, keep, triton_version
 
-__all__ = ["NotStatic", "enabled", "call_key", "launch", "load", "record", "recipe_of", "recording", "is_recording", "SCRATCH",
+__all__ = ["NotStatic", "enabled", "call_key", "launch", "load", "record", "recipe_of", "recording", "is_recording",
+           "record_launch", "SCRATCH",
            "KERNELS_DIR"]
 
 #: bytes of each Triton parameter type a launch packs (pointers: 8)
@@ -258,6 +259,17 @@ def recording():
 def is_recording() -> bool:
     """Whether this thread is inside :func:`recording` (a launch Triton would make must refuse)."""
     return _recording.launches is not None
+
+
+def record_launch(function: int, grid: int, block: int, args: tuple) -> bool:
+    """Inside :func:`recording`, record a CUDA C kernel's launch (``function`` a CUfunction handle, a 1-D
+    grid, no dynamic shared memory, ``args`` tensors and ints as ``CudaKernel.launch`` takes them) and
+    return True; elsewhere False, and the caller launches it (``ops/gemm/cuda_decode.py``)."""
+    recorded = _recording.launches
+    if recorded is None:
+        return False
+    recorded.append((function, (grid, 1, 1), block, 0, 0, list(args)))
+    return True
 
 
 def launch(module: str, name: str, grid: tuple, args: tuple, kwargs: dict) -> bool:

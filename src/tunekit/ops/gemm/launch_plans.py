@@ -11,7 +11,8 @@ a call of such a layout, records the decided candidate's launches once (nothing 
 in the route table; later calls of the layout allocate the result, patch the pointers and launch,
 from C++.
 
-Planned: calls autograd does not record, decided for a :class:`TritonGemm` of a kind whose every
+Planned: calls autograd does not record, decided for a CUDA C decode kernel (``cuda_decode.py``: one
+launch, recorded by ``triton_static.record_launch``) or a :class:`TritonGemm` of a kind whose every
 launch is a kept kernel and whose only buffers are the result, a split-K workspace (the one
 temporary, and only with split-K) and Triton's scratch (``matmul``, ``skinny``, ``tma``, ``wrapped``, ``wrapped_static``; ``padded`` copies operands with
 torch first). Not planned
@@ -27,6 +28,7 @@ import struct
 
 import torch
 
+from .cuda_decode import CudaDecode
 from .triton_candidates import TritonGemm
 from ...backends import fast_plan, triton_static
 from ...backends.device import raw_stream
@@ -48,8 +50,15 @@ class _Unplannable(Exception):
 
 def plannable(candidate) -> bool:
     """Whether calls decided for ``candidate`` can be planned (its kind's launches are all kept kernels
-    and it allocates no buffer but the result, a workspace and scratch)."""
-    return isinstance(candidate, TritonGemm) and candidate.kind in PLANNED_KINDS
+    and it allocates no buffer but the result, a workspace and scratch; or it is a CUDA C decode kernel,
+    one launch into the result)."""
+    return isinstance(candidate, TritonGemm) and candidate.kind in PLANNED_KINDS or isinstance(candidate, CudaDecode)
+
+
+def _temporaries(candidate) -> int:
+    """The buffers besides the result a plannable candidate allocates per call: split-K's workspace."""
+    config = getattr(candidate, "config", None)  # a Triton configuration (CUDA C decode kernels have none)
+    return 1 if config is not None and config.SPLIT_K > 1 else 0
 
 
 def _slot(value, sources: dict, temporaries: list) -> tuple[int, int]:
@@ -144,8 +153,7 @@ def _record(candidate, params, operands: tuple, result: torch.Tensor) -> tuple |
     if out.numel() != result.numel() or not out.is_contiguous() or out.data_ptr() in _distinct(operands):
         return None
     made = slots_of(launches, operands, out)
-    expected = 1 if candidate.config.SPLIT_K > 1 else 0
-    return made if made is not None and len(made[0]) == expected else None
+    return made if made is not None and len(made[0]) == _temporaries(candidate) else None
 
 
 def make(candidate, params, operands: tuple, result: torch.Tensor):

@@ -4,7 +4,7 @@
 backward GEMM) and ``addmm`` (:class:`AddmmParams`: addmm, addmm_, baddbmm, linear with a bias).
 Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), for addmm torch's fused epilogue
 (``torch_addmm_epilogue``), for mm cuBLASLt's ranked algorithms (``cublaslt_candidates.py``: the
-library torch loaded, through ctypes), for addmm in linear's form the same with the bias and the
+library torch loaded, through ctypes) and CUDA C decode kernels (``cuda_decode.py``: M <= 16), for addmm in linear's form the same with the bias and the
 activation in the epilogue (``cublaslt_epilogue_candidates.py``), then the Triton configurations
 (``triton_candidates.py``), checked by the GEMM numerical check (``numerics.py``).
 """
@@ -15,6 +15,7 @@ import torch
 
 from .cublaslt_candidates import cublaslt_candidates
 from .cublaslt_epilogue_candidates import cublaslt_epilogue_candidates
+from .cuda_decode import decode_candidates
 from .launch_plans import plannable, possible as plans_possible
 from .numerics import check_gemm, warm_reference
 from .params import AddmmParams, GemmParams
@@ -120,7 +121,7 @@ def _make_addmm_params(c, a, b, *, beta=1, alpha=1, out=None, activation: str = 
 mm_op = register(TunableOp("mm", GemmParams, make_params=_make_params, make_example=make_example,
                            numerics=check_gemm))
 mm_op.add(torch_mm, default=True)
-for _c in cublaslt_candidates():
+for _c in [*cublaslt_candidates(), *decode_candidates()]:
     mm_op.add(_c)
 addmm_op = register(TunableOp("addmm", AddmmParams, make_params=_make_addmm_params, make_example=make_addmm_example,
                               numerics=check_gemm))

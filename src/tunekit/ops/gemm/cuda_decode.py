@@ -1,0 +1,107 @@
+"""Decode GEMMs in CUDA C: ``a @ w.t()`` for M <= 16 rows against a linear layer's weight, one pass
+over the weight (``kernels/cuda/gemm_decode.cu``), as ``mm`` candidates ``cuda_decode_g<G>_w<W>_u<U>``.
+
+Why: a decode step's GEMMs read a weight of megabytes for one token, or a few; their time is those
+bytes. cuBLAS reads them at 2.0 TB/s at 1 x 4096 x 4096 and 2.6-2.8 TB/s at 4096 x 14336 on an H100
+(3.0 TB/s copies; ``benchmarks/results/gemm-NVIDIA_H100_80GB_HBM3.md``), and the Triton decode kernels
+gained 7% at best, once. This kernel is a stream of 16-byte loads with the next pass of loads in
+flight behind each pass's MMAs (tensor cores take the 16 rows for the price of one), a block per
+8 x G rows of the weight with its W warps splitting K and meeting in shared memory: one launch, no
+workspace, no atomics (deterministic). Measured (H100): 1.08-1.09x cuBLAS at 1 and 16 x 4096 x 4096,
+0.92-0.99x on the 117 MB weights, where cuBLAS reads 2.8 TB/s; a form with cp.async rings in shared
+memory was slower everywhere (0.68-0.99x).
+
+Scope: ``mm`` in linear's layout (``a`` [M, K] with unit column stride, ``b`` = ``w.t()`` with w
+[N, K] of unit column stride), float16 and bfloat16, 1 <= M <= 16, K a multiple of 8 and at least 8,
+operands 16-byte aligned with row strides of multiples of 8, no activation, a new or dense row-major
+``out`` that overlaps no input. The configurations: G row groups of 8 per block (more rows per
+block share a's loads), W warps per block, U steps of 32 k per pass (bytes in flight per warp).
+Launches through CudaKernel; calls decided for one are planned as the Triton kernels' are
+(``launch_plans.py``: the launch is recorded, replayed from C++).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .params import GemmParams
+from ...backends import cuda, nvrtc, triton_static
+from ...backends.device import current_device
+from ...tunable.candidate import Candidate, class_source_hash, hash_source
+from ...tunable.params import overlaps
+
+__all__ = ["CudaDecode", "decode_candidates", "CONFIGS", "MAX_M"]
+
+#: (G, W, U) of the kernels gemm_decode.cu instantiates, best first (the order online tuning compiles them):
+#: at 1 and 16 x 4096 x 4096 the first two 1.08-1.09x cuBLAS, H100 (``benchmarks/results/gemm_decode_probe-*``)
+CONFIGS = [(1, 4, 4), (2, 8, 2), (1, 8, 4), (4, 8, 2)]
+#: rows of ``a`` the MMA's 16 rows hold
+MAX_M = 16
+_SUFFIX = {torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """Rows of 16-byte vectors: a 16-byte aligned base and a row stride of whole vectors."""
+    return t.data_ptr() % 16 == 0 and (t.shape[0] == 1 or t.stride(0) % 8 == 0)
+
+
+class CudaDecode(Candidate):
+    """``gemm_decode_<dtype>_g<G>_w<W>_u<U>`` of gemm_decode.cu (see the module docstring)."""
+
+    def __init__(self, groups: int, warps: int, unroll: int):
+        self.groups, self.warps, self.unroll = groups, warps, unroll
+        form = f"g{groups}_w{warps}_u{unroll}"
+        self.name = f"cuda_decode_{form}"
+        self.kernels = {dtype: cuda.kernel("gemm_decode.cu", f"gemm_decode_{sfx}_{form}") for dtype, sfx in _SUFFIX.items()}
+
+    def supports(self, p) -> str | None:
+        if type(p) is not GemmParams:
+            return "mm only (a product without C)"
+        a, b, out = p.a, p.b, p.out
+        if a.dtype not in _SUFFIX or b.dtype is not a.dtype or (out is not None and out.dtype is not a.dtype):
+            return "float16 or bfloat16 operands of one dtype only"
+        if a.dim() != 2 or b.dim() != 2 or b.device != a.device:
+            return "2-D operands on one device only"
+        if p.activation != "none":
+            return "no epilogue: activation none only"
+        M, N, K = p.mnk
+        if not 1 <= M <= MAX_M or N == 0:
+            return f"decode: 1 <= M <= {MAX_M} rows and N >= 1 only"
+        if K < 8 or K % 8:
+            return "K a multiple of 8 (16-byte loads), at least 8"
+        if a.stride(1) != 1 or b.stride(0) != 1:
+            return "linear's layout only: a with unit column stride, b = w.t() with w of unit column stride"
+        if not (_aligned(a) and _aligned(b.t())):
+            return "16-byte aligned operands with row strides of whole 16-byte vectors"
+        if out is not None and (not out.is_contiguous() or overlaps(a, out) or overlaps(b, out)):
+            return "out: dense row-major, overlapping no input"
+        if a.device.type != "cuda":
+            return "needs a CUDA device"
+        return nvrtc.available()
+
+    def run(self, p):
+        a, b = p.a, p.b
+        out = p.out if p.out is not None else torch.empty(p.out_shape(), dtype=a.dtype, device=a.device)
+        M, N, K = p.mnk
+        kernel, index = self.kernels[a.dtype], a.get_device()
+        grid, block = -(-N // (8 * self.groups)), 32 * self.warps
+        args = (a, b, out, M, N, K, a.stride(0), b.stride(1), N)
+        if triton_static.is_recording():  # a plan records the launch (launch_plans.py)
+            triton_static.record_launch(kernel.address(index), grid, block, args)
+        else:
+            kernel.launch(index, grid, block, *args)
+        return out
+
+    def prepare(self, p) -> None:
+        """Compile and load the kernel on ``p``'s device (tuning calls it on a worker thread)."""
+        self.kernels[p.a.dtype].address(p.a.get_device() if p.a.is_cuda else current_device())
+        cuda.direct_launch()
+
+    def source_hash(self) -> str:
+        kernel = self.kernels[torch.bfloat16]
+        return hash_source(class_source_hash(type(self)), kernel.source_hash(), self.name)
+
+
+def decode_candidates() -> list[CudaDecode]:
+    """One candidate per entry of :data:`CONFIGS` (fresh objects: each op gets its own)."""
+    return [CudaDecode(*c) for c in CONFIGS]

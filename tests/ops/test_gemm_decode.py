@@ -1,0 +1,90 @@
+"""The CUDA C decode GEMM candidates (``ops/gemm/cuda_decode.py``, ``kernels/cuda/gemm_decode.cu``): every
+configuration against a float64 reference on the GPU (M from 1 to 16, N and K that leave partial row
+groups and passes, padded leading dimensions, outputs pre-filled with NaN, NaN / inf in the operands),
+and on any machine what they refuse and that the kernels compile."""
+
+import pytest
+import torch
+
+from gemm_checks import check, nans, randn
+from tunekit.backends import kernel_units, nvrtc
+from tunekit.ops.gemm import AddmmParams, GemmParams, mm_op
+from tunekit.ops.gemm.cuda_decode import CONFIGS, MAX_M, CudaDecode, decode_candidates
+
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _linear(M, N, K, dtype, device, *, ld=0, seed=0):
+    """a [M, K] and b = w.t() for w [N, K], rows padded by ``ld`` elements (a padded leading dimension)."""
+    a = randn((M, K + ld), dtype, device, seed)[:, :K]
+    w = randn((N, K + ld), dtype, device, seed + 1)[:, :K]
+    return a, w.t()
+
+
+def test_mm_lists_every_configuration_and_addmm_none():
+    names = {c.name for c in mm_op.candidates}
+    assert {f"cuda_decode_g{g}_w{w}_u{u}" for g, w, u in CONFIGS} <= names
+    from tunekit.ops.gemm import addmm_op
+    assert not any(isinstance(c, CudaDecode) for c in addmm_op.candidates)
+
+
+def test_refusals_say_why():
+    c = decode_candidates()[0]
+    bf = torch.bfloat16
+    a, b = _linear(4, 64, 128, bf, "cpu")
+
+    def why(p):
+        return c.supports(p) or ""
+
+    assert "needs a CUDA device" in why(GemmParams(a, b))  # everything else holds on this CPU tensor
+    assert "mm only" in why(AddmmParams(torch.randn(64, dtype=bf), a, b))
+    assert "float16 or bfloat16" in why(GemmParams(a.float(), b.float()))
+    assert "activation none" in why(GemmParams(a, b, activation="relu"))
+    big, bb = _linear(MAX_M + 1, 64, 128, bf, "cpu")
+    assert "M <= 16" in why(GemmParams(big, bb))
+    odd_a, odd_b = _linear(4, 64, 124, bf, "cpu")
+    assert "multiple of 8" in why(GemmParams(odd_a, odd_b))
+    assert "linear's layout" in why(GemmParams(a, b.contiguous()))  # b row-major: w not K-contiguous
+    flat = randn(4 * 128 + 8, bf)
+    assert "16-byte aligned" in why(GemmParams(flat[1:4 * 128 + 1].view(4, 128), b))
+    assert "16-byte aligned" in why(GemmParams(randn((4, 130), bf)[:, :128], b))  # lda of 130
+    assert "out: dense" in why(GemmParams(a, b, torch.empty(64, 4, dtype=bf).t()))
+    assert "2-D" in why(GemmParams(a[None], b[None]))
+
+
+@pytest.mark.skipif(nvrtc.available() is not None, reason="NVRTC unavailable")
+@pytest.mark.parametrize("name", kernel_units.kernel_names("gemm_decode.cu"))
+def test_every_kernel_compiles_for_hopper(name):
+    """NVRTC builds each kernel's unit for sm_90 (no GPU needed): the MMA and load forms assemble."""
+    code = kernel_units.kernel_source("gemm_decode.cu", name)
+    image = nvrtc.compile_cubin(code, f"gemm_decode.cu:{name}", "sm_90",
+                                identity=kernel_units.unit_identity("gemm_decode.cu", name))
+    assert image[:4] == b"\x7fELF"
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("candidate", decode_candidates(), ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M, N, K, ld", [(1, 4096, 4096, 0), (16, 1000, 1032, 8), (3, 37, 8, 0),
+                                         (9, 517, 14336, 16), (2, 1, 264, 0)])
+def test_every_configuration_against_float64(candidate, dtype, M, N, K, ld):
+    a, b = _linear(M, N, K, dtype, "cuda", ld=ld, seed=M + N)
+    p = GemmParams(a, b, nans((M, N), dtype, "cuda"))
+    assert candidate.supports(p) is None
+    assert candidate.run(p) is p.out
+    check(p.out, a, b)
+    fresh = candidate.run(GemmParams(a, b))  # a result it allocates
+    assert torch.equal(fresh, p.out)  # one launch, no atomics: the same bits
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("candidate", decode_candidates()[:2], ids=lambda c: c.name)
+def test_nan_and_inf_land_where_torch_puts_them(candidate):
+    a, b = _linear(5, 300, 520, torch.bfloat16, "cuda")
+    a[1, 7], a[3, 500] = float("nan"), float("inf")
+    b[11, 42] = float("-inf")  # w[42, 11]: reaches column 42 of every row
+    p = GemmParams(a, b, nans((5, 300), torch.bfloat16, "cuda"))
+    check(candidate.run(p), a, b)
