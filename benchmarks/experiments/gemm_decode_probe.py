@@ -1,7 +1,8 @@
 """Timing probe, not a suite: does the CUDA C decode GEMM (``ops/gemm/cuda_decode.py``) stream a weight
 faster than cuBLAS at the GEMM suite's decode shapes (M = 1 and 16 against LLaMA-3-8B projections), and
 which configuration wins where? Per shape: cuBLAS (``F.linear(x, w)``), every decode configuration and
-the Triton skinny kernel the H100 entries chose at 1 x 4096 x 4096, each checked against a float64
+the Triton skinny kernel the H100 entries chose at 1 x 4096 x 4096 (at M = 1 also the one-row kernels
+of gemv.cu), each checked against a float64
 reference first; us per call (CUDA-graph replay of 40 calls over 8 rotating weights: L2-cold), the
 weight's TB/s, and a 1 GiB copy's bandwidth (read + write) measured in the same run.
 ``PYTHONPATH=src python benchmarks/experiments/gemm_decode_probe.py``
@@ -50,9 +51,7 @@ def main() -> None:
         print(f"{'cublas (F.linear)':28s} {base:8.2f} us  {weight_bytes / base / 1e6:5.2f} TB/s  1.000x")
         contenders = decode_candidates() + ([skinny] if M == 1 else [])
         for c in contenders:
-            why = c.supports(params[0])
-            if why:
-                print(f"{c.name:28s} refused: {why}")
+            if c.supports(params[0]):
                 continue
             err = error(c.run(params[0]), xs[0], ws[0])
             us = timed(lambda i: c.run(params[i % ROTATE]))

@@ -9,7 +9,7 @@ import torch
 from gemm_checks import check, nans, randn
 from tunekit.backends import kernel_units, nvrtc
 from tunekit.ops.gemm import AddmmParams, GemmParams, mm_op
-from tunekit.ops.gemm.cuda_decode import CONFIGS, MAX_M, CudaDecode, decode_candidates
+from tunekit.ops.gemm.cuda_decode import CONFIGS, GEMV_CONFIGS, MAX_M, CudaDecode, CudaGemv, decode_candidates
 
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -25,12 +25,13 @@ def _linear(M, N, K, dtype, device, *, ld=0, seed=0):
 def test_mm_lists_every_configuration_and_addmm_none():
     names = {c.name for c in mm_op.candidates}
     assert {f"cuda_decode_g{g}_w{w}_u{u}" for g, w, u in CONFIGS} <= names
+    assert {f"cuda_gemv_w{w}_u{u}" for w, u in GEMV_CONFIGS} <= names
     from tunekit.ops.gemm import addmm_op
     assert not any(isinstance(c, CudaDecode) for c in addmm_op.candidates)
 
 
 def test_refusals_say_why():
-    c = decode_candidates()[0]
+    c = CudaDecode(*CONFIGS[0])
     bf = torch.bfloat16
     a, b = _linear(4, 64, 128, bf, "cpu")
 
@@ -51,15 +52,18 @@ def test_refusals_say_why():
     assert "16-byte aligned" in why(GemmParams(randn((4, 130), bf)[:, :128], b))  # lda of 130
     assert "out: dense" in why(GemmParams(a, b, torch.empty(64, 4, dtype=bf).t()))
     assert "2-D" in why(GemmParams(a[None], b[None]))
+    gemv = CudaGemv(*GEMV_CONFIGS[0])
+    assert "M = 1" in gemv.supports(GemmParams(a, b))
+    one, wt = _linear(1, 64, 128, bf, "cpu")
+    assert "needs a CUDA device" in gemv.supports(GemmParams(one, wt))
 
 
 @pytest.mark.skipif(nvrtc.available() is not None, reason="NVRTC unavailable")
-@pytest.mark.parametrize("name", kernel_units.kernel_names("gemm_decode.cu"))
-def test_every_kernel_compiles_for_hopper(name):
+@pytest.mark.parametrize("filename, name", [(f, n) for f in ("gemm_decode.cu", "gemv.cu") for n in kernel_units.kernel_names(f)])
+def test_every_kernel_compiles_for_hopper(filename, name):
     """NVRTC builds each kernel's unit for sm_90 (no GPU needed): the MMA and load forms assemble."""
-    code = kernel_units.kernel_source("gemm_decode.cu", name)
-    image = nvrtc.compile_cubin(code, f"gemm_decode.cu:{name}", "sm_90",
-                                identity=kernel_units.unit_identity("gemm_decode.cu", name))
+    code = kernel_units.kernel_source(filename, name)
+    image = nvrtc.compile_cubin(code, f"{filename}:{name}", "sm_90", identity=kernel_units.unit_identity(filename, name))
     assert image[:4] == b"\x7fELF"
 
 
@@ -68,10 +72,14 @@ def test_every_kernel_compiles_for_hopper(name):
 @pytest.mark.parametrize("candidate", decode_candidates(), ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("M, N, K, ld", [(1, 4096, 4096, 0), (16, 1000, 1032, 8), (3, 37, 8, 0),
-                                         (9, 517, 14336, 16), (2, 1, 264, 0)])
+                                         (9, 517, 14336, 16), (2, 1, 264, 0), (1, 37, 8, 8), (1, 1001, 14336 + 8, 0),
+                                         (1, 3, 2056, 16)])
 def test_every_configuration_against_float64(candidate, dtype, M, N, K, ld):
     a, b = _linear(M, N, K, dtype, "cuda", ld=ld, seed=M + N)
     p = GemmParams(a, b, nans((M, N), dtype, "cuda"))
+    if isinstance(candidate, CudaGemv) and M != 1:
+        assert "M = 1" in candidate.supports(p)
+        return
     assert candidate.supports(p) is None
     assert candidate.run(p) is p.out
     check(p.out, a, b)
@@ -81,10 +89,12 @@ def test_every_configuration_against_float64(candidate, dtype, M, N, K, ld):
 
 @gpu
 @needs_gpu
-@pytest.mark.parametrize("candidate", decode_candidates()[:2], ids=lambda c: c.name)
+@pytest.mark.parametrize("candidate", [CudaDecode(*CONFIGS[0]), CudaDecode(*CONFIGS[1]), CudaGemv(*GEMV_CONFIGS[0])],
+                         ids=lambda c: c.name)
 def test_nan_and_inf_land_where_torch_puts_them(candidate):
-    a, b = _linear(5, 300, 520, torch.bfloat16, "cuda")
-    a[1, 7], a[3, 500] = float("nan"), float("inf")
+    M = 1 if isinstance(candidate, CudaGemv) else 5
+    a, b = _linear(M, 300, 520, torch.bfloat16, "cuda")
+    a[0, 7], a[M - 1, 500] = float("nan"), float("inf")
     b[11, 42] = float("-inf")  # w[42, 11]: reaches column 42 of every row
-    p = GemmParams(a, b, nans((5, 300), torch.bfloat16, "cuda"))
+    p = GemmParams(a, b, nans((M, 300), torch.bfloat16, "cuda"))
     check(candidate.run(p), a, b)

@@ -15,7 +15,7 @@ import tunekit
 from tunekit.backends import triton_static
 from tunekit.backends.fast_plan import SLOT_CONSTANT, SLOT_OPERAND, SLOT_RESULT, SLOT_SCRATCH, SLOT_TEMPORARY
 from tunekit.ops.gemm import launch_plans, mm_op, routes
-from tunekit.ops.gemm.cuda_decode import decode_candidates
+from tunekit.ops.gemm.cuda_decode import CONFIGS, GEMV_CONFIGS, CudaDecode, CudaGemv, decode_candidates
 from tunekit.ops.gemm.params import GemmParams
 from tunekit.ops.gemm.torch_candidates import torch_mm
 from tunekit.ops.gemm.triton_candidates import triton_candidates
@@ -193,7 +193,7 @@ def _kinds_and_shapes():
     """(candidate, M, N, K, linear?) that each exercise one path: pointer tiles on odd sizes, split-K (a
     workspace and a second launch), the skinny decode kernel (split too), the persistent TMA kernel (scratch
     for its device-side descriptors), a mm of row-major operands, the wrapped kinds (sizes at run time
-    and as constants) and the CUDA C decode kernel (a launch recorded by record_launch)."""
+    and as constants) and the CUDA C decode kernels, MMA and one-row (a launch recorded by record_launch)."""
     from tunekit.ops.gemm.triton_wrapped import wrapped_candidates
     by = {c.name: c for c in [*triton_candidates(), *wrapped_candidates()]}
     return [(by["triton_matmul_m128_n128_k32_g8_sk1_w4_s4"], 777, 1555, 333, True),
@@ -203,7 +203,7 @@ def _kinds_and_shapes():
             (by["triton_matmul_m64_n64_k64_g8_sk1_w4_s3"], 300, 200, 100, False),
             (by["triton_wrapped_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True),
             (by["triton_wrapped_static_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True),
-            (decode_candidates()[0], 3, 1000, 4104, True)]
+            (CudaDecode(*CONFIGS[0]), 3, 1000, 4104, True), (CudaGemv(*GEMV_CONFIGS[0]), 1, 1000, 4104, True)]
 
 
 @gpu

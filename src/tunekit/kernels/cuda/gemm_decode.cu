@@ -1,5 +1,5 @@
 // Decode GEMM: out[M, N] = a[M, K] @ w[N, K]^T for M <= 16 rows (a token, or a few, against a
-// linear layer's weight), one pass over the weight. The time is the weight's bytes: the kernel is a
+// linear layer's weight), one pass over the weight (M = 1 reads faster through gemv.cu's kernels). The time is the weight's bytes: the kernel is a
 // stream of 16-byte loads with many in flight, and the products are tensor-core MMAs
 // (mma.sync m16n8k16, fp32 accumulators), which take up to 16 rows for the price of one.
 //
@@ -57,8 +57,13 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
-// a's rows are read by every block: kept in the caches.
-__device__ __forceinline__ uint4 load_kept(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+// a's rows are read by every block: kept in the caches. (__ldg's form; written out, as nvcc with NVRTC's headers
+// leaves __ldg's uint4 overload unresolved)
+__device__ __forceinline__ uint4 load_kept(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 
 // One pass of a warp's loads: U steps of 32 k from `base` (per lane, 16 bytes of each of its G rows of
 // w and of its two rows of a per step). Addresses stay in range (past K: the last 8 k, zeroed after the
@@ -167,9 +172,7 @@ __device__ __forceinline__ void decode(const T* __restrict__ a, const T* __restr
 
 #define TUNEKIT_GEMM_DECODE_FORMS(suffix, T)                                                             \
   TUNEKIT_GEMM_DECODE(gemm_decode_##suffix##_g1_w4_u4, T, 1, 4, 4)                                       \
-  TUNEKIT_GEMM_DECODE(gemm_decode_##suffix##_g2_w8_u2, T, 2, 8, 2)                                       \
-  TUNEKIT_GEMM_DECODE(gemm_decode_##suffix##_g1_w8_u4, T, 1, 8, 4)                                       \
-  TUNEKIT_GEMM_DECODE(gemm_decode_##suffix##_g4_w8_u2, T, 4, 8, 2)
+  TUNEKIT_GEMM_DECODE(gemm_decode_##suffix##_g2_w8_u2, T, 2, 8, 2)
 
 #ifndef TUNEKIT_SELECTED_KERNELS  // the kernels; tunekit.backends.kernel_units compiles one at a time
 TUNEKIT_GEMM_DECODE_FORMS(f16, __half)

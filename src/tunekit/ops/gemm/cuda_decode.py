@@ -1,23 +1,28 @@
 """Decode GEMMs in CUDA C: ``a @ w.t()`` for M <= 16 rows against a linear layer's weight, one pass
-over the weight (``kernels/cuda/gemm_decode.cu``), as ``mm`` candidates ``cuda_decode_g<G>_w<W>_u<U>``.
+over the weight, as ``mm`` candidates: ``cuda_gemv_w<W>_u<U>`` (M = 1, ``kernels/cuda/gemv.cu``) and
+``cuda_decode_g<G>_w<W>_u<U>`` (M <= 16, ``kernels/cuda/gemm_decode.cu``).
 
 Why: a decode step's GEMMs read a weight of megabytes for one token, or a few; their time is those
-bytes. cuBLAS reads them at 2.0 TB/s at 1 x 4096 x 4096 and 2.6-2.8 TB/s at 4096 x 14336 on an H100
-(3.0 TB/s copies; ``benchmarks/results/gemm-NVIDIA_H100_80GB_HBM3.md``), and the Triton decode kernels
-gained 7% at best, once. This kernel is a stream of 16-byte loads with the next pass of loads in
-flight behind each pass's MMAs (tensor cores take the 16 rows for the price of one), a block per
-8 x G rows of the weight with its W warps splitting K and meeting in shared memory: one launch, no
-workspace, no atomics (deterministic). Measured (H100): 1.08-1.09x cuBLAS at 1 and 16 x 4096 x 4096,
-0.92-0.99x on the 117 MB weights, where cuBLAS reads 2.8 TB/s; a form with cp.async rings in shared
-memory was slower everywhere (0.68-0.99x).
+bytes. cuBLAS reads them at 2.0 TB/s at 1 x 4096 x 4096 and 2.6-2.8 TB/s on 117 MB weights on an H100,
+whose pure read reaches 2.6 TB/s at 32 MiB and 3.0 at 128 MiB
+(``benchmarks/results/read_ceiling-NVIDIA_H100_80GB_HBM3.md``); the Triton decode kernels gained 7% at
+best, once. Both kernels are one launch, no workspace, no atomics (deterministic):
+
+- gemv: a warp per row of w, each load instruction 512 contiguous bytes of it, the next U loads per
+  lane issued before the current ones are multiplied (fp32 FMAs), a shuffle reduction. H100: 1.07-1.23x
+  cuBLAS on the three M = 1 shapes, 2.9-3.0 TB/s on the 117 MB weights (the read ceiling);
+- decode: tensor-core MMAs (mma.sync m16n8k16) take up to 16 rows for the price of one; a block per
+  8 x G rows of w, its W warps splitting K, the next pass of loads in registers behind each pass's MMAs,
+  partial sums met in shared memory. H100: 1.08-1.09x cuBLAS at 16 x 4096 x 4096, 0.90-0.99x on the
+  117 MB weights (its loads cover 8 rows per instruction; whole 128-byte lines per row, V = 2, did not
+  help; a cp.async ring in shared memory was slower everywhere).
 
 Scope: ``mm`` in linear's layout (``a`` [M, K] with unit column stride, ``b`` = ``w.t()`` with w
-[N, K] of unit column stride), float16 and bfloat16, 1 <= M <= 16, K a multiple of 8 and at least 8,
-operands 16-byte aligned with row strides of multiples of 8, no activation, a new or dense row-major
-``out`` that overlaps no input. The configurations: G row groups of 8 per block (more rows per
-block share a's loads), W warps per block, U steps of 32 k per pass (bytes in flight per warp).
-Launches through CudaKernel; calls decided for one are planned as the Triton kernels' are
-(``launch_plans.py``: the launch is recorded, replayed from C++).
+[N, K] of unit column stride), float16 and bfloat16, 1 <= M <= 16 (gemv: M = 1), K a multiple of 8
+and at least 8, operands 16-byte aligned with row strides of multiples of 8, no activation, a new or
+dense row-major ``out`` that overlaps no input. Launches through CudaKernel; calls decided for one are
+planned as the Triton kernels' are (``launch_plans.py``: the launch is recorded, replayed from C++).
+Measurements: ``benchmarks/results/gemm_decode_probe-NVIDIA_H100_80GB_HBM3.txt``.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ from ...backends.device import current_device
 from ...tunable.candidate import Candidate, class_source_hash, hash_source
 from ...tunable.params import overlaps
 
-__all__ = ["CudaDecode", "decode_candidates", "CONFIGS", "MAX_M"]
+__all__ = ["CudaDecode", "CudaGemv", "decode_candidates", "CONFIGS", "GEMV_CONFIGS", "MAX_M"]
 
-#: (G, W, U) of the kernels gemm_decode.cu instantiates, best first (the order online tuning compiles them):
-#: at 1 and 16 x 4096 x 4096 the first two 1.08-1.09x cuBLAS, H100 (``benchmarks/results/gemm_decode_probe-*``)
-CONFIGS = [(1, 4, 4), (2, 8, 2), (1, 8, 4), (4, 8, 2)]
+#: (G, W, U) of the kernels gemm_decode.cu instantiates: 1.08-1.09x cuBLAS at 16 x 4096 x 4096, H100
+#: (``benchmarks/results/gemm_decode_probe-*``; their other configurations were never the best)
+CONFIGS = [(1, 4, 4), (2, 8, 2)]
+#: (W, U) of gemv.cu's kernels (M = 1)
+GEMV_CONFIGS = [(2, 8), (4, 8), (8, 4)]
 #: rows of ``a`` the MMA's 16 rows hold
 MAX_M = 16
 _SUFFIX = {torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -79,13 +86,16 @@ class CudaDecode(Candidate):
             return "needs a CUDA device"
         return nvrtc.available()
 
-    def run(self, p):
-        a, b = p.a, p.b
-        out = p.out if p.out is not None else torch.empty(p.out_shape(), dtype=a.dtype, device=a.device)
+    def launch_shape(self, p, out) -> tuple[int, int, tuple]:
+        """(grid, block, arguments) of the kernel's launch on ``p`` into ``out``."""
         M, N, K = p.mnk
+        return -(-N // (8 * self.groups)), 32 * self.warps, (p.a, p.b, out, M, N, K, p.a.stride(0), p.b.stride(1), N)
+
+    def run(self, p):
+        a = p.a
+        out = p.out if p.out is not None else torch.empty(p.out_shape(), dtype=a.dtype, device=a.device)
         kernel, index = self.kernels[a.dtype], a.get_device()
-        grid, block = -(-N // (8 * self.groups)), 32 * self.warps
-        args = (a, b, out, M, N, K, a.stride(0), b.stride(1), N)
+        grid, block, args = self.launch_shape(p, out)
         if triton_static.is_recording():  # a plan records the launch (launch_plans.py)
             triton_static.record_launch(kernel.address(index), grid, block, args)
         else:
@@ -99,9 +109,29 @@ class CudaDecode(Candidate):
 
     def source_hash(self) -> str:
         kernel = self.kernels[torch.bfloat16]
-        return hash_source(class_source_hash(type(self)), kernel.source_hash(), self.name)
+        return hash_source(class_source_hash(CudaDecode), class_source_hash(type(self)), kernel.source_hash(), self.name)
+
+
+class CudaGemv(CudaDecode):
+    """``gemv_<dtype>_w<W>_u<U>`` of gemv.cu: M = 1, a warp per row of the weight reading 512 contiguous
+    bytes per load instruction, fp32 FMAs (the MMA form reads 64 bytes of each of 8 rows per instruction)."""
+
+    def __init__(self, warps: int, unroll: int):
+        self.groups, self.warps, self.unroll = 1, warps, unroll
+        self.name = f"cuda_gemv_w{warps}_u{unroll}"
+        self.kernels = {dtype: cuda.kernel("gemv.cu", f"gemv_{sfx}_w{warps}_u{unroll}") for dtype, sfx in _SUFFIX.items()}
+
+    def supports(self, p) -> str | None:
+        if type(p) is GemmParams and p.mnk[0] != 1:
+            return "one row of a (M = 1) only"
+        return super().supports(p)
+
+    def launch_shape(self, p, out) -> tuple[int, int, tuple]:
+        _, N, K = p.mnk
+        return -(-N // self.warps), 32 * self.warps, (p.a, p.b, out, N, K, p.b.stride(1))
 
 
 def decode_candidates() -> list[CudaDecode]:
-    """One candidate per entry of :data:`CONFIGS` (fresh objects: each op gets its own)."""
-    return [CudaDecode(*c) for c in CONFIGS]
+    """One candidate per entry of :data:`GEMV_CONFIGS` and :data:`CONFIGS`, the one-row kernels first (online
+    tuning compiles the first few worth trying: at M = 1 those); fresh objects: each op gets its own."""
+    return [CudaGemv(*c) for c in GEMV_CONFIGS] + [CudaDecode(*c) for c in CONFIGS]
