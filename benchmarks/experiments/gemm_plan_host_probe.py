@@ -1,4 +1,4 @@
-"""What does a call decided for a Triton GEMM candidate cost the host once it is planned (replayed from
+"""What does a call decided for a Triton (or CUDA C decode) GEMM candidate cost the host once it is planned (replayed from
 C++: ``ops/gemm/launch_plans.py``), against torch's own call and a call routed to it? This sets
 ``PLANNED_HOST_MS`` (``ops/gemm/op.py``), the floor a planned challenger's device saving must pass.
 
@@ -33,6 +33,8 @@ SHAPES = [  # (M, N, K, a plannable candidate that runs it)
     (1, 4096, 4096, "triton_matmul_m16_n64_k128_g8_sk4_w4_s4"),
     (64, 64, 64, "triton_matmul_m64_n64_k32_g8_sk1_w4_s2"),
     (512, 1024, 512, "triton_tma_m128_n128_k64_g8_sk1_w8_s4"),
+    (1, 4096, 4096, "cuda_gemv_w2_u8"),  # the CUDA C decode kernels (ops/gemm/cuda_decode.py): planned too
+    (16, 4096, 4096, "cuda_decode_g2_w8_u2"),
 ]
 CALLS, REPEATS, SPIN_CYCLES = 300, 9, 40_000_000
 
@@ -63,24 +65,24 @@ def main() -> int:
     dev = torch.device("cuda")
     tmp = Path(tempfile.mkdtemp())
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; host us per call (GPU busy), bf16 F.linear form")
-    for M, N, K, name in SHAPES:
+    for i, (M, N, K, name) in enumerate(SHAPES):  # results files per row: a shape met twice starts afresh
         x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
         w = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
         p = GemmParams(x, w.t())
         c = mm_op.candidate(name)
-        why = c.cannot_run(p)
+        why = getattr(c, "cannot_run", c.supports)(p)
         if why:
             print(f"{M}x{N}x{K}: {name} cannot run ({why})")
             continue
         c.prepare(p)
         linear = lambda: tunekit.linear(x, w)  # noqa: E731
-        context.configure(results=str(tmp / f"torch{M}.sqlite"), use_shipped=False)
+        context.configure(results=str(tmp / f"torch{i}.sqlite"), use_shipped=False)
         decide(mm_op.candidate("torch_mm"), p, context.current())
         for _ in range(3):
             linear()
         routed = list(routes.routed_keys().values())
         res = host_us({"F.linear": lambda: F.linear(x, w), "tunekit.linear routed (torch_mm)": linear})
-        context.configure(results=str(tmp / f"triton{M}.sqlite"))
+        context.configure(results=str(tmp / f"triton{i}.sqlite"))
         decide(c, p, context.current())
         for _ in range(200):  # the plans' extension builds on its worker at the first ask
             linear()
