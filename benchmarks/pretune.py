@@ -166,7 +166,8 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         entry = tune_params(op, params, settings)
         store.put(entry)
-        kept = [e for e in kept if (e.op, e.signature) != (entry.op, entry.signature)]
+        if entry.complete:  # an incomplete re-tune is not shipped: the entry it would replace stays
+            kept = [e for e in kept if (e.op, e.signature) != (entry.op, entry.signature)]
         complete = kept + [e for e in store.entries() if e.complete]
         write_csv(target, sorted(complete, key=lambda e: (e.op, e.signature)))
         print(f"[{i + 1}/{len(todo)}] {label}: {entry.choice}{'' if entry.complete else ' (incomplete: not shipped)'}"

@@ -308,7 +308,7 @@ def test_a_triton_challenger_whose_calls_are_planned_needs_no_floor_beyond_the_m
     from tunekit.ops.gemm import op
     from tunekit.ops.gemm.op import CHALLENGER_HOST_MS, PLANNED_HOST_MS, challenger_floor
     assert PLANNED_HOST_MS == 0.0
-    monkeypatch.setattr(op, "plans_possible", lambda: True)  # here: no driver, so no kept launches
+    monkeypatch.setattr(op, "plans_possible", lambda candidate=None: True)  # here: no driver, so no kept launches
     a, b = matrix(8, 16, torch.bfloat16), matrix(16, 4, torch.bfloat16, "cpu", "col", seed=1)
     c = randn((4,), torch.bfloat16)
     by_kind = {}
@@ -324,5 +324,5 @@ def test_a_triton_challenger_whose_calls_are_planned_needs_no_floor_beyond_the_m
             CHALLENGER_HOST_MS
     assert challenger_floor(GemmParams(a, b), by_kind["padded"]) == CHALLENGER_HOST_MS
     assert challenger_floor(AddmmParams(c, a, b, alpha=1.0), addmm_op.candidate(by_kind["tma"].name)) == CHALLENGER_HOST_MS
-    monkeypatch.setattr(op, "plans_possible", lambda: False)
+    monkeypatch.setattr(op, "plans_possible", lambda candidate=None: False)
     assert challenger_floor(GemmParams(a, b), by_kind["matmul"]) == CHALLENGER_HOST_MS

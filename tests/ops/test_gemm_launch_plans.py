@@ -70,7 +70,20 @@ def test_what_is_never_planned_says_why():
     copied = x.reshape(-1, 7)
     assert copied.data_ptr() != x.data_ptr()
     assert "not the call's operands" in refusal(matmul, GemmParams(copied, w.t()), (x, w, None), torch.empty(6, 2, 3))
-    assert "no kept Triton launches" in refusal(matmul, GemmParams(a, b), (a, b), y)  # this CPU: the rest holds
+    assert "not a CUDA result" in refusal(matmul, GemmParams(a, b), (a, b), y)  # this CPU: the rest holds
+
+
+def test_decode_kernels_are_planned_without_kept_triton_launches(monkeypatch):
+    """The CUDA C decode kernels need the plans' extension only; the Triton kinds need kept launches too."""
+    from tunekit.backends import fast_plan
+    monkeypatch.setattr(fast_plan, "unavailable_now", lambda: False)
+    monkeypatch.setattr(triton_static, "enabled", lambda: False)
+    assert launch_plans.possible(CudaGemv(*GEMV_CONFIGS[0])) and launch_plans.possible(CudaDecode(*CONFIGS[0]))
+    assert not launch_plans.possible(triton_candidates()[0]) and not launch_plans.possible()
+    monkeypatch.setattr(triton_static, "enabled", lambda: True)
+    assert launch_plans.possible(triton_candidates()[0])
+    monkeypatch.setattr(fast_plan, "unavailable_now", lambda: True)
+    assert not launch_plans.possible(CudaGemv(*GEMV_CONFIGS[0]))
 
 
 class _Recorder:

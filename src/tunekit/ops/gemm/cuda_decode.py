@@ -27,12 +27,14 @@ Measurements: ``benchmarks/results/gemm_decode_probe-NVIDIA_H100_80GB_HBM3.txt``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from .params import GemmParams
 from ...backends import cuda, nvrtc, triton_static
 from ...backends.device import current_device
-from ...tunable.candidate import Candidate, class_source_hash, hash_source
+from ...tunable.candidate import Candidate, hash_source
 from ...tunable.params import overlaps
 
 __all__ = ["CudaDecode", "CudaGemv", "decode_candidates", "CONFIGS", "GEMV_CONFIGS", "MAX_M"]
@@ -45,6 +47,7 @@ GEMV_CONFIGS = [(2, 8), (4, 8), (8, 4)]
 #: rows of ``a`` the MMA's 16 rows hold
 MAX_M = 16
 _SUFFIX = {torch.float16: "f16", torch.bfloat16: "bf16"}
+_source_text: str | None = None
 
 
 def _aligned(t: torch.Tensor) -> bool:
@@ -65,25 +68,27 @@ class CudaDecode(Candidate):
         if type(p) is not GemmParams:
             return "mm only (a product without C)"
         a, b, out = p.a, p.b, p.out
+        M, N, K = p.mnk
         if a.dtype not in _SUFFIX or b.dtype is not a.dtype or (out is not None and out.dtype is not a.dtype):
             return "float16 or bfloat16 operands of one dtype only"
-        if a.dim() != 2 or b.dim() != 2 or b.device != a.device:
-            return "2-D operands on one device only"
+        if a.dim() != 2 or b.dim() != 2 or b.device != a.device or (out is not None and out.device != a.device):
+            return "2-D operands and out on one device only"
+        if out is not None and tuple(out.shape) != (M, N):
+            return "out: the product's shape"
         if p.activation != "none":
             return "no epilogue: activation none only"
-        M, N, K = p.mnk
         if not 1 <= M <= MAX_M or N == 0:
             return f"decode: 1 <= M <= {MAX_M} rows and N >= 1 only"
         if K < 8 or K % 8:
             return "K a multiple of 8 (16-byte loads), at least 8"
         if a.stride(1) != 1 or b.stride(0) != 1:
             return "linear's layout only: a with unit column stride, b = w.t() with w of unit column stride"
+        if a.device.type != "cuda":  # before the pointers are read (meta and fake tensors have none)
+            return "needs a CUDA device"
         if not (_aligned(a) and _aligned(b.t())):
             return "16-byte aligned operands with row strides of whole 16-byte vectors"
         if out is not None and (not out.is_contiguous() or overlaps(a, out) or overlaps(b, out)):
             return "out: dense row-major, overlapping no input"
-        if a.device.type != "cuda":
-            return "needs a CUDA device"
         return nvrtc.available()
 
     def launch_shape(self, p, out) -> tuple[int, int, tuple]:
@@ -108,8 +113,11 @@ class CudaDecode(Candidate):
         cuda.direct_launch()
 
     def source_hash(self) -> str:
-        kernel = self.kernels[torch.bfloat16]
-        return hash_source(class_source_hash(CudaDecode), class_source_hash(type(self)), kernel.source_hash(), self.name)
+        """This module's text (its checks and constants decide what runs) and the kernel's file."""
+        global _source_text
+        if _source_text is None:
+            _source_text = Path(__file__).read_text()
+        return hash_source(_source_text, self.kernels[torch.bfloat16].source_hash(), self.name)
 
 
 class CudaGemv(CudaDecode):

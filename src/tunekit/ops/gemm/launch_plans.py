@@ -111,10 +111,12 @@ def _start_build() -> None:
         fast_plan.when_loaded(lambda module: None)
 
 
-def possible() -> bool:
-    """Whether calls can be planned here: kept Triton launches in use and the plans' extension not refused
-    (built, or building). Where not, a decided Triton call takes the general path."""
-    return triton_static.enabled() and not fast_plan.unavailable_now()
+def possible(candidate=None) -> bool:
+    """Whether calls decided for ``candidate`` (None: a Triton one) can be planned here: the plans' extension
+    not refused (built, or building) and, for a Triton kernel, kept Triton launches in use. Where not, the
+    decided call takes the general path."""
+    triton_needed = not isinstance(candidate, CudaDecode)
+    return not (triton_needed and not triton_static.enabled()) and not fast_plan.unavailable_now()
 
 
 def _distinct(operands: tuple) -> list[int] | None:
@@ -136,8 +138,10 @@ def refusal(candidate, params, operands: tuple, result: torch.Tensor) -> str | N
         return "operands that share an address (which slot is whose would be a guess)"
     if any(t is not None and t.data_ptr() not in pointers for t in (params.a, params.b, getattr(params, "c", None))):
         return "params whose tensors are not the call's operands (a fold that copied)"
-    if not result.is_cuda or not triton_static.enabled():
-        return "no kept Triton launches here (not CUDA, or kept launches off)"
+    if not result.is_cuda:
+        return "not a CUDA result"
+    if isinstance(candidate, TritonGemm) and not triton_static.enabled():
+        return "no kept Triton launches here (kept launches off)"
     return None
 
 

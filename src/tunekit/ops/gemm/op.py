@@ -66,7 +66,7 @@ def challenger_floor(p, candidate) -> float:
     if p.activation != "none":
         return CHALLENGER_HOST_MS if uses_triton(candidate) else 0.0
     routed = p.out is None and all(type(x) is int and x == 1 for x in (getattr(p, "alpha", 1), getattr(p, "beta", 1)))
-    return PLANNED_HOST_MS if routed and plannable(candidate) and plans_possible() else CHALLENGER_HOST_MS
+    return PLANNED_HOST_MS if routed and plannable(candidate) and plans_possible(candidate) else CHALLENGER_HOST_MS
 
 
 def mnk_of(shape) -> tuple[int, int, int, int | None]:
