@@ -3,6 +3,7 @@ and argument parsers hold. ``read_ceiling.py`` and ``copy_ceiling.py`` imported 
 moved (``activations``'s ``head_to_head``, now in ``tunekit.bench.suites.common``) and failed on the
 GPU before measuring anything."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,3 +20,25 @@ def test_script_starts(script):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+
+
+def test_pretune_only_tunes_what_it_names_and_keeps_the_rest(tmp_path):
+    """``--only REGEX`` tunes the matching signatures and keeps every other entry of the file: two runs naming
+    disjoint decode shapes leave both runs' entries (CPU: the script's own device; small decode GEMMs)."""
+    import csv
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("TUNEKIT_")}
+
+    def run(regex):  # the Triton candidates refuse the CPU without the interpreter: a quick, complete entry
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks/pretune.py"), "--device", "cpu", "--families", "gemm",
+                               "--only", regex, "--out", str(tmp_path), "--time-limit", "60"],
+                              capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        (table,) = tmp_path.glob("*.csv")
+        with open(table, newline="") as f:
+            return {row["signature"] for row in csv.DictReader(f)}
+
+    first = run(r"qo\.M1 ")
+    assert len(first) == 1 and all(" M=1 " in s for s in first)
+    both = run(r"up\.M1 ")
+    assert first < both and len(both) == 2
