@@ -4,7 +4,7 @@ which configuration wins where? Per shape: cuBLAS (``F.linear(x, w)``), every de
 the Triton skinny kernel the H100 entries chose at 1 x 4096 x 4096 (at M = 1 also the one-row kernels
 of gemv.cu), each checked against a float64
 reference first; us per call (CUDA-graph replay of 40 calls over 8 rotating weights: L2-cold), the
-weight's TB/s, and a 1 GiB copy's bandwidth (read + write) measured in the same run.
+weight's TB/s, and a 1 GiB copy's bandwidth (read + write; the suites' own measure) in the same run.
 ``PYTHONPATH=src python benchmarks/experiments/gemm_decode_probe.py``
 """
 import sys
@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from probe_timing import timed
 
 sys.path.insert(0, "src")
+from tunekit.bench.measure import copy_bandwidth  # noqa: E402
 from tunekit.ops.gemm.cuda_decode import decode_candidates  # noqa: E402
 from tunekit.ops.gemm.params import GemmParams  # noqa: E402
 from tunekit.ops.gemm.triton_candidates import triton_candidates  # noqa: E402
@@ -24,13 +25,6 @@ SHAPES = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (16, 4096, 4096),
 ROTATE = 8
 
 
-def copy_bandwidth() -> float:
-    src = torch.empty(2**28, dtype=torch.float32, device="cuda")
-    dst = torch.empty_like(src)
-    us = timed(lambda i: dst.copy_(src), n=10)
-    return 2 * src.numel() * 4 / us / 1e6
-
-
 def error(out, x, w) -> float:
     ref = x.double() @ w.double().t()
     return float(((out.double() - ref).abs() / (x.double().abs() @ w.double().abs().t())).max())
@@ -38,7 +32,7 @@ def error(out, x, w) -> float:
 
 def main() -> None:
     torch.manual_seed(0)
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; 1 GiB copy {copy_bandwidth():.2f} TB/s (read + write)")
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; 1 GiB copy {copy_bandwidth(torch.device('cuda')):.0f} GB/s (read + write, the suites' measure)")
     skinny = next(c for c in triton_candidates() if c.name == "triton_skinny_m1_n16_k512_g1_sk2_w4_s1")
     for M, N, K in SHAPES:
         xs = [torch.randn(M, K, dtype=torch.bfloat16, device="cuda") for _ in range(ROTATE)]

@@ -115,8 +115,8 @@ def possible(candidate=None) -> bool:
     """Whether calls decided for ``candidate`` (None: a Triton one) can be planned here: the plans' extension
     not refused (built, or building) and, for a Triton kernel, kept Triton launches in use. Where not, the
     decided call takes the general path."""
-    triton_needed = not isinstance(candidate, CudaDecode)
-    return not (triton_needed and not triton_static.enabled()) and not fast_plan.unavailable_now()
+    kept_launches = isinstance(candidate, CudaDecode) or triton_static.enabled()
+    return kept_launches and not fast_plan.unavailable_now()
 
 
 def _distinct(operands: tuple) -> list[int] | None:
