@@ -293,6 +293,30 @@ def test_the_first_triton_choice_of_a_process_prepares_its_stand_in_first(ship, 
         release.set()
 
 
+def test_a_triton_stand_in_is_not_compiled_before_triton_has_started(ship, tmp_path, monkeypatch):
+    """A shipped CUDA C choice slower to load than STAND_IN_AFTER_MS, its stand-in a Triton kernel with no
+    kept build, in a process that has not started Triton: the stand-in is not compiled (Triton's start
+    would hold the interpreter, the choice's load with it); the first call waits on for the choice."""
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    loaded, compiled = threading.Event(), []
+    op = op_whose("medium", lambda p: loaded.wait(30))
+    triton_like = type("TritonLike", (Preparing,), {"__module__": "tunekit.ops.fake.triton_candidates"})
+    op._by_name["fast"] = triton_like(op.candidate("fast"), compiling(lambda p: compiled.append(p)))
+    monkeypatch.setattr(shipped, "_triton_prepared", False)
+    timer = threading.Timer(0.1, loaded.set)  # ready well after STAND_IN_AFTER_MS
+    timer.start()
+    try:
+        with tuning(max_tuning_ms=20_000):
+            t0 = time.perf_counter()
+            op(ScaleParams(x))
+            waited = time.perf_counter() - t0
+    finally:
+        loaded.set()
+    assert compiled == [] and dict(op.runs) == {"medium": 1}, (compiled, op.runs)
+    assert 0.05 < waited < 5.0  # it waited for the choice, not the budget
+
+
 def triton_choice_op(ship, tmp_path, x, prepare):
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     op = op_whose("medium", lambda p: None)
