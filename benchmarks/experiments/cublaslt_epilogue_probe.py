@@ -6,11 +6,14 @@ Per shape (bfloat16, ``F.linear(x, w, b)`` layouts: x row-major M x K, w N x K):
 (cuBLAS), cuBLASLt ranks 0-7 with no epilogue, with BIAS, with GELU_BIAS; torch._addmm_activation;
 addmm + F.gelu. CUDA-graph replay (probe_timing.timed, 8 rotated inputs), us per call. The worst
 error of each GELU_BIAS rank against float32 gelu_tanh(x @ w.T + b), relative to the output's scale.
-Run: ``PYTHONPATH=src python benchmarks/experiments/cublaslt_epilogue_probe.py``.
+Run: ``PYTHONPATH=src python benchmarks/experiments/cublaslt_epilogue_probe.py [--ranks N] [--shapes MxNxK,...]``
+(``--ranks``: how many algorithms the heuristic is asked for, 8 as the candidates do by default; a later
+question: do ranks past 8 hold a bias + GELU algorithm as fast as the best plain one?).
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import sys
 from pathlib import Path
@@ -46,10 +49,16 @@ def set_bias(plan, bias) -> None:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", type=int, default=cublaslt.MAX_ALGORITHMS)
+    ap.add_argument("--shapes", default=None, help="MxNxK,... (default: SHAPES)")
+    args = ap.parse_args()
+    cublaslt.MAX_ALGORITHMS = args.ranks  # read when a plan is made and its heuristic asked
+    shapes = SHAPES if args.shapes is None else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     torch.manual_seed(0)
-    print(torch.cuda.get_device_name(), torch.__version__)
+    print(torch.cuda.get_device_name(), torch.__version__, f"heuristic asked for {args.ranks} algorithms")
     bf = torch.bfloat16
-    for M, N, K in SHAPES:
+    for M, N, K in shapes:
         xs = [torch.randn(M, K, device="cuda", dtype=bf) for _ in range(8)]
         ws = [torch.randn(N, K, device="cuda", dtype=bf) / K ** 0.5 for _ in range(8)]
         bs = [torch.randn(N, device="cuda", dtype=bf) for _ in range(8)]
