@@ -11,7 +11,8 @@ candidates for decode shapes were added: entries stay valid when candidates are 
 
 Signatures: the first-use suite's (silu, gelu, gelu tanh: forward and backward at its shapes;
 logsumexp forward and backward at the logsumexp suite's shapes; float32, float16, bfloat16) and
-the GEMM suite's default shapes (bfloat16). Each is tuned as ``tunekit tune`` tunes it
+the GEMM suite's default shapes (bfloat16), and for its fused-epilogue shapes the linear with a bias and
+the linear + bias + gelu tanh (addmm). Each is tuned as ``tunekit tune`` tunes it
 (``offline.tune_one.tune_params``: every candidate warmed outside the budget, then find_fastest
 under the default settings with a longer budget, so that the entry is complete). Shipped results
 are then used by every process on the same GPU model, driver, torch / Triton minor versions and
@@ -68,7 +69,19 @@ def work(families, device) -> list[tuple[str, str, object]]:
         for shape in gemm.select("default"):
             out.append((f"mm {shape.name} bfloat16", gemm.mm_op.name, lambda shape=shape: (
                 gemm.mm_op, gemm.example(shape, torch.bfloat16, device))))
+        for shape in [s for s in gemm.select("default") if s.fused]:  # linear(x, w, b), linear_act(.., "gelu_tanh")
+            for act in ("none", "gelu_tanh"):
+                out.append((f"addmm {shape.name} bias {act} bfloat16", gemm.addmm_op.name,
+                            lambda shape=shape, act=act: (gemm.addmm_op, _linear_example(gemm, shape, act, device))))
     return out
+
+
+def _linear_example(gemm, shape, activation: str, device):
+    """addmm params of ``F.linear(x, w, b)`` (``activation`` in its epilogue: ``tunekit.linear_act``), as
+    the GEMM suite's fused comparison makes them."""
+    p = gemm.example(shape, torch.bfloat16, device)
+    bias = torch.randn(p.b.shape[1], dtype=torch.bfloat16, device=device)
+    return gemm.AddmmParams(bias, p.a, p.b, activation=activation)
 
 
 def bundle_only(families, device, target: Path) -> int:

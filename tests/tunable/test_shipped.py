@@ -190,19 +190,58 @@ def test_a_shipped_choice_that_compiles_runs_once_prepared_and_the_default_until
     assert len(results_store()) == 0
 
 
-def test_a_shipped_choice_whose_compile_fails_leaves_the_default_with_a_warning(ship, tmp_path):
+@pytest.mark.parametrize("budget_ms", [30_000, 0.5])
+def test_a_shipped_choice_whose_compile_fails_leaves_the_next_fastest_for_good_with_a_warning(ship, tmp_path,
+                                                                                            budget_ms):
+    """The choice cannot be prepared here (a compile error; an optional backend not installed): the
+    fastest other candidate the entry timed ("fast", 1.0 against the default's 2.0) runs from then on,
+    not the default; with a budget too short to wait for it, the default runs until it is ready."""
     x = torch.randn(64)
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
 
     def prepare(p):
         raise RuntimeError("ptxas exploded")
     op = op_whose("medium", prepare)
-    with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="ptxas exploded"):
+    with tuning(max_tuning_ms=budget_ms), pytest.warns(TunekitWarning, match="ptxas exploded"):
         op(ScaleParams(x))
-    assert dict(op.runs) == {"ref": 1}
-    assert "could not be prepared" in op.decision(ScaleParams(x)).why
+        op.resolve(ScaleParams(x), finish=True)
+        op(ScaleParams(x))
+    decision = op.decision(ScaleParams(x))
+    assert "could not be prepared" in decision.why and decision.candidate.name == "fast"
+    assert op.runs["fast"] >= 1 and op.runs["medium"] == 0 and op.runs["ref"] <= 1
+
+
+def test_a_stand_in_that_cannot_run_here_gives_way_to_the_next(ship, tmp_path):
+    """A machine without the shipped choice's optional backend (quack-kernels): the choice ("fast")
+    cannot be prepared and the next fastest ("quick", of the same backend) refuses the input; the one
+    after it ("medium", 1.5 against the default's 2.0) runs for good."""
+    x = torch.randn(64)
+    costs = {"ref": 2.0, "fast": 1.0, "quick": 1.2, "medium": 1.5}
+    ship([dataclasses.replace(tuned_entry(x, tmp_path, costs), choice="fast")])
+    op = make_op(None, costs)
+    missing = Preparing(op.candidate("fast"), lambda p: (_ for _ in ()).throw(RuntimeError("quack-kernels is not installed")))
+    refusing = Preparing(op.candidate("quick"), None)
+    refusing.supports = lambda p: "quack-kernels is not installed"
+    for c in (missing, refusing):
+        op.candidates[op.candidates.index(c.inner)] = c
+        op._by_name[c.name] = c
+    with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="medium .timed next fastest. runs"):
+        op(ScaleParams(x))
     op(ScaleParams(x))
-    assert dict(op.runs) == {"ref": 2}
+    assert dict(op.runs) == {"medium": 2} and op.decision(ScaleParams(x)).candidate.name == "medium"
+
+
+def test_a_failed_shipped_choice_with_no_faster_candidate_timed_leaves_the_default(ship, tmp_path):
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="fast")])  # the next fastest, medium, is 1.5 vs 2.0
+
+    def prepare(p):
+        raise RuntimeError("no backend")
+    costs_op = op_whose("fast", prepare)
+    costs_op._by_name.pop("medium")  # no other timed candidate beats the default
+    with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="the default runs"):
+        costs_op(ScaleParams(x))
+    assert dict(costs_op.runs) == {"ref": 1} and costs_op.decision(ScaleParams(x)).candidate.name == "ref"
 
 
 def test_finishing_a_signature_waits_for_its_shipped_choice(ship, tmp_path):
@@ -407,7 +446,7 @@ def test_preparations_run_in_the_callers_settings():
 
 def test_a_choice_whose_preparation_cannot_start_fails_instead_of_pending(ship, tmp_path, monkeypatch):
     """Stand-in first, then the choice: if starting the choice's preparation raises, its Future fails
-    (the default runs, with a warning), never pending for ever under a finishing resolve."""
+    (the stand-in runs for good, with a warning), never pending for ever under a finishing resolve."""
     x = torch.randn(64)
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     op = op_whose("medium", lambda p: None)
@@ -423,7 +462,7 @@ def test_a_choice_whose_preparation_cannot_start_fails_instead_of_pending(ship, 
     monkeypatch.setattr(shipped, "start_preparing", refusing)
     with tuning(max_tuning_ms=20_000), pytest.warns(TunekitWarning, match="worker pool shut down"):
         op(ScaleParams(x))
-        assert op.resolve(ScaleParams(x), finish=True).candidate.name == "ref"
+        assert op.resolve(ScaleParams(x), finish=True).candidate.name == "fast"
 
 
 def test_a_choice_ready_at_once_needs_no_stand_in(ship, tmp_path):

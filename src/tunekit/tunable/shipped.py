@@ -20,7 +20,9 @@ on a worker thread (:class:`Preparation`), from the builds shipped beside the fi
 (``backends/shipped_kernels.py``: milliseconds), else by compiling. The first call waits for it at
 most the tuning budget (``max_tuning_ms``), later calls not at all; until it is ready a stand-in runs
 (:func:`stand_in`: the fastest other candidate the entry timed, when it beat the default), else the
-default, so no call waits seconds for a compiler and few run torch's slower kernel.
+default, so no call waits seconds for a compiler and few run torch's slower kernel. A choice that
+cannot be prepared here (an optional backend such as quack-kernels not installed, a compile error)
+leaves the stand-in for good.
 """
 
 from __future__ import annotations
@@ -154,21 +156,22 @@ def start_preparing(candidate, params, *, check_support: bool = False, kept_only
     to do. ``check_support`` (a stand-in, on its own worker): first ``candidate.supports(params)``,
     a refusal failing the Future. ``kept_only``: loading kept builds only, NeedsCompiler failing
     the Future where one would have to be compiled (:func:`~tunekit.tunable.preparations.builds_only`)."""
-    prepare = getattr(candidate, "prepare", None)
-    if prepare is None and not check_support:
+    if getattr(candidate, "prepare", None) is None and not check_support:
         done = concurrent.futures.Future()
         done.set_result(None)
         return done
-
-    def job():
-        why = candidate.supports(params) if check_support and hasattr(candidate, "supports") else None
-        if why is not None:
-            raise RuntimeError(f"{candidate.name} does not support these inputs: {why}")
-        if prepare is not None:
-            with builds_only() if kept_only else contextlib.nullcontext():
-                prepare(params)
     pool = _stand_in_worker() if check_support else preparer()
-    return pool.submit(contextvars.copy_context().run, job)
+    return pool.submit(contextvars.copy_context().run, _prepare, candidate, params, check_support, kept_only)
+
+
+def _prepare(candidate, params, check_support: bool, kept_only: bool) -> None:
+    why = candidate.supports(params) if check_support and hasattr(candidate, "supports") else None
+    if why is not None:
+        raise RuntimeError(f"{candidate.name} does not support these inputs: {why}")
+    prepare = getattr(candidate, "prepare", None)
+    if prepare is not None:
+        with builds_only() if kept_only else contextlib.nullcontext():
+            prepare(params)
 
 
 #: how long a first call waits for the shipped choice before it prepares a stand-in: a shipped cubin
@@ -176,21 +179,23 @@ def start_preparing(candidate, params, *, check_support: bool = False, kept_only
 STAND_IN_AFTER_MS = 5.0
 
 
-def stand_in(entry: Entry, by_name: dict, default, margin: float):
-    """What runs while the shipped choice prepares: the fastest other candidate the entry timed, when
-    it beat the default by the margin; None when the default is as good. Whether it supports the
-    call's params is asked on the worker that prepares it (:func:`start_preparing`): a CUDA C
-    candidate's answer may load cuda-bindings (0.1 s) where NVRTC is not a pip wheel."""
+def stand_in(entry: Entry, by_name: dict, default, margin: float) -> list:
+    """What may run while the shipped choice prepares, fastest first: the other candidates the entry
+    timed that beat the default by the margin (empty when none does). The first that supports the
+    call's params and prepares runs (:meth:`Preparation._first_runnable`, on the stand-ins' worker: a
+    CUDA C candidate's answer may load cuda-bindings, 0.1 s, where NVRTC is not a pip wheel), so a
+    refusal (another candidate of a backend missing here) gives way to the next."""
     default_rec = entry.candidates.get(default.name)
     default_ms = default_rec.time_ms if default_rec is not None else None
     timed = sorted((r.time_ms, name) for name, r in entry.candidates.items()
                    if r.time_ms is not None and name != entry.choice and name in by_name)
+    out = []
     for time_ms, name in timed:
         c = by_name[name]
         if c is default or (default_ms is not None and time_ms * (1 + margin) >= default_ms):
-            return None
-        return c
-    return None
+            break
+        out.append(c)
+    return out
 
 
 #: how long a first call waits for a Triton choice's kept builds to load (2-5 ms per cubin, H100)
@@ -284,10 +289,24 @@ class Preparation:
         """Prepare the stand-in; a Triton one from kept builds only while no Triton choice was prepared in
         this process: compiling it would start Triton, holding the interpreter 0.2-0.4 s, the shipped
         choice's own load (a cubin, milliseconds) included (a first call of 283 ms, H100)."""
-        self.stand_in = self._pick()
-        if self.stand_in is not None:
-            kept_only = uses_triton(self.stand_in) and not _triton_prepared
-            self._stand_in_future = start_preparing(self.stand_in, self.params, check_support=True, kept_only=kept_only)
+        options = self._pick()
+        if options:
+            self._stand_in_future = _stand_in_worker().submit(contextvars.copy_context().run, self._first_runnable,
+                                                              options)
+
+    def _first_runnable(self, options) -> None:
+        """Prepare the first of ``options`` that supports the params (a Triton one from kept builds only
+        while no Triton choice was prepared); it becomes ``stand_in``. All refused: this fails."""
+        problems = []
+        for c in options:
+            try:
+                _prepare(c, self.params, True, uses_triton(c) and not _triton_prepared)
+            except Exception as exc:  # noqa: BLE001 - refused or failed: the next one
+                problems.append(f"{c.name}: {exc}")
+                continue
+            self.stand_in = c
+            return
+        raise RuntimeError("; ".join(problems))
 
     def wait(self, wait_ms: float) -> tuple[str | None, object | None]:
         """(None, None) once the choice is ready, else (why not, the candidate to run meanwhile or
@@ -300,11 +319,11 @@ class Preparation:
                 wait_ms = 0.0
             return preparation_problem(self.future, wait_ms), self.meanwhile()
         if wait_ms == float("inf") or wait_ms <= STAND_IN_AFTER_MS:
-            return preparation_problem(self.future, wait_ms), self.meanwhile()
+            return self._instead(preparation_problem(self.future, wait_ms), wait_ms)
         if self._stand_in_future is None:
             problem = preparation_problem(self.future, STAND_IN_AFTER_MS)
             if problem != PENDING:
-                return problem, None
+                return self._instead(problem, wait_ms - STAND_IN_AFTER_MS)
             self._start_stand_in()
         waiting = [f for f in (self.future, self._stand_in_future) if f is not None]
         deadline = time.perf_counter() + (wait_ms - STAND_IN_AFTER_MS) / 1e3
@@ -313,6 +332,17 @@ class Preparation:
         if self.meanwhile() is None:  # no stand-in, or it failed (refused, needs a compiler): the choice
             concurrent.futures.wait([self.future], timeout=max(0.0, deadline - time.perf_counter()))
         return preparation_problem(self.future, 0.0), self.meanwhile()
+
+    def _instead(self, problem: str | None, wait_ms: float) -> tuple[str | None, object | None]:
+        """(problem, what runs instead): once the choice failed (its backend missing here, a compile
+        error), the stand-in runs for good, prepared now if it was not yet (waiting at most ``wait_ms``
+        for it): the next fastest the entry timed, not the default."""
+        if problem is None or problem == PENDING or self._stand_in_future is not None:
+            return problem, self.meanwhile()
+        self._start_stand_in()
+        if self._stand_in_future is not None and wait_ms > 0:
+            concurrent.futures.wait([self._stand_in_future], timeout=None if wait_ms == float("inf") else wait_ms / 1e3)
+        return problem, self.meanwhile()
 
     def meanwhile(self):
         """The stand-in once it is ready, else None (the default runs)."""

@@ -328,19 +328,19 @@ class TunableOp:
     def _shipped_when_prepared(self, s, signature: str, wait_ms: float) -> Resolution:
         """The shipped choice once its preparation is done (waiting at most ``wait_ms``: the first
         call the tuning budget, later calls not at all); until then a ready stand-in or the default,
-        decided again next call; for good the default if the preparation failed."""
+        decided again next call; for good the stand-in (else the default) if the preparation failed."""
         r = self._preparing[(s.cache_id, signature)].resolution
         problem, meanwhile = self._preparing[(s.cache_id, signature)].wait(wait_ms)
+        runs = f"{meanwhile.name} (timed next fastest) runs" if meanwhile else "the default runs"
         if problem == shipped.PENDING:
-            runs = f"{meanwhile.name} (timed next fastest) runs" if meanwhile else "the default runs"
             return Resolution(meanwhile or self.default, f"{r.why}: {problem}, {runs} meanwhile", signature,
                               r.device, cache=False)
         del self._preparing[(s.cache_id, signature)]
         if problem is None:
             return r
-        why = f"the shipped choice {r.candidate.name} could not be prepared ({problem}): the default runs"
+        why = f"the shipped choice {r.candidate.name} could not be prepared ({problem}): {runs}"
         warnings.warn(f"tunekit: {self.name} {signature}: {why}", TunekitWarning, stacklevel=5)
-        return Resolution(self.default, why, signature, r.device)
+        return Resolution(meanwhile or self.default, why, signature, r.device)
 
     def _advance(self, session, params, s, finish: bool) -> Resolution:
         """One call's share of ``session`` (all of it with ``finish``); its resolution for this call."""

@@ -9,7 +9,9 @@ GEMM) and ``addmm`` (with C: addmm, addmm_, baddbmm, linear with a bias). Candid
   Triton kernels of ``kernels/triton/gemm.py`` / ``gemm_tma.py`` in forty configurations, one class
   (``triton_candidates.py``): the general masked pointer kernel (odd sizes, any strides, split-K),
   a GEMV-style kernel for decode, the persistent Hopper TMA kernel, and the padded-copy strategy
-  for rows TMA cannot read.
+  for rows TMA cannot read;
+- ``quack_m<tile_m>_n<tile_n>_<pp|coop>_c<cluster>``: quack's Hopper kernels (optional quack-kernels),
+  whose ping-pong epilogue hides the bias and activation (``quack_candidates.py``).
 
 The package: ``params.py`` (GemmParams, AddmmParams: key, signature, spec), ``numerics.py`` (the
 check against a float64 reference with a bound that grows with K, or 2x torch's own error),

@@ -6,7 +6,9 @@ Each: ``torch_mm`` / ``torch_addmm`` (default: torch's kernels), for addmm torch
 (``torch_addmm_epilogue``), for mm cuBLASLt's ranked algorithms (``cublaslt_candidates.py``: the
 library torch loaded, through ctypes) and CUDA C decode kernels (``cuda_decode.py``: M <= 16), for addmm in linear's form the same with the bias and the
 activation in the epilogue (``cublaslt_epilogue_candidates.py``), then the Triton configurations
-(``triton_candidates.py``), checked by the GEMM numerical check (``numerics.py``).
+(``triton_candidates.py``) and, where quack-kernels is installed, quack's Hopper kernels with the bias and
+activation in their epilogue (``quack_candidates.py``: after the Triton ones, so online tuning's cap of
+compiles leaves them to offline tuning), checked by the GEMM numerical check (``numerics.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .cuda_decode import decode_candidates
 from .launch_plans import plannable, possible as plans_possible
 from .numerics import check_gemm, warm_reference
 from .params import AddmmParams, GemmParams
+from .quack_candidates import quack_candidates
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
 from .triton_wrapped import wrapped_candidates
@@ -143,7 +146,7 @@ def triton_order() -> list:
 
 
 for _op in (mm_op, addmm_op):
-    for _c in triton_order():
+    for _c in [*triton_order(), *quack_candidates()]:
         _op.add(_c)
     # Online, a signature compiles its first 4 Triton configurations worth trying (best first per shape class:
     # the winners measured on H100 / H200 lead each kind); `tunekit tune` compiles every one.
