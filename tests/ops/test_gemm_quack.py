@@ -121,6 +121,18 @@ def test_each_configuration_directly(name, act, bias, dtype, b_layout):
 
 
 @pytest.mark.gpu
+def test_a_plan_is_made_on_a_worker_thread_as_preparations_are():
+    """A fresh thread has no current CUDA context: quack's module load there failed with
+    CUDA_ERROR_INVALID_CONTEXT until the plan bound the device's primary context (H100)."""
+    import concurrent.futures
+    p = _linear(1024, 1024, 256, torch.float16, "cuda", "gelu_tanh", seed=3)
+    c = _offered(QuackGemm(CONFIGS[2]), p)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(c.prepare, p).result(timeout=300)
+    _check_like_torch(c.run(p), p, "gelu_tanh")
+
+
+@pytest.mark.gpu
 def test_nan_and_inf_land_where_torchs_do():
     p = _linear(1024, 1024, 64, torch.bfloat16, "cuda", "gelu_tanh")
     p.a[3, 5], p.a[7, 1], p.b[2, 9], p.c[11] = float("nan"), float("inf"), float("-inf"), float("nan")

@@ -26,6 +26,7 @@ import threading
 
 import torch
 
+from . import thread_context
 from ..tunable.preparations import NeedsCompiler, compilers_allowed
 
 __all__ = ["ACTIVATIONS", "unavailable", "version", "plan_for", "matmul", "major"]
@@ -99,10 +100,12 @@ def plan_for(a, b, bias, out, activation: str, config: tuple):
         return plan
     if not compilers_allowed():
         raise NeedsCompiler("a quack plan compiles (CuTe DSL) on first use")
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
     with _lock:
         plan = _plans.get(key)
-        if plan is None:
-            with torch.cuda.device(a.device):
+        if plan is None:  # on a worker thread: no context is current there (CUDA_ERROR_INVALID_CONTEXT, H100)
+            with torch.cuda.device(index), thread_context.capture_relaxed():
+                thread_context.bind(index)
                 plan = _epilogue(activation, bias is not None).plan(
                     a, b, None, out={"mAuxOut": out}, config=_config(config), **_operands(bias))
             _plans[key] = plan
