@@ -121,3 +121,20 @@ def run_checked(candidate, p):
     if p.out is not None:
         assert result is p.out
     return result
+
+
+def check_graph_of_two_calls(candidate, p1, p2, act: str) -> None:
+    """``candidate`` on ``p1`` then ``p2`` (linear's addmm with other biases) captured in one CUDA graph
+    (``p1`` run first, outside it: plans and workspaces are made there), outputs NaN-filled, replayed:
+    each call keeps its own bias."""
+    candidate.run(p1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y1, y2 = candidate.run(p1), candidate.run(p2)
+    y1.fill_(float("nan"))
+    y2.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(y1, p1.a, p1.b, p1.c, act=act)
+    check(y2, p2.a, p2.b, p2.c, act=act)
+

@@ -7,7 +7,7 @@ different biases, and the mm candidates' stored results left valid (their source
 import pytest
 import torch
 
-from gemm_checks import bound, check, matrix, nans, randn, within
+from gemm_checks import bound, check, check_graph_of_two_calls, matrix, nans, randn, within
 from tunekit.ops.gemm import AddmmParams, GemmParams, addmm_op, mm_op
 from tunekit.ops.gemm.cublaslt_epilogue_candidates import CublasLtEpilogue, cublaslt_epilogue_candidates
 
@@ -118,17 +118,7 @@ def test_a_cuda_graph_whose_calls_carry_different_biases():
     """The bias pointer is a descriptor attribute set per call: each captured call keeps its own."""
     p1 = _linear(256, 384, 512, torch.bfloat16, "cuda", "relu", seed=1)
     p2 = AddmmParams(randn((384,), torch.bfloat16, "cuda", seed=9), p1.a, p1.b, activation="relu")
-    c = _offered(CublasLtEpilogue(0), p1)
-    c.run(p1)  # the plan and this stream's workspace made outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y1, y2 = c.run(p1), c.run(p2)
-    y1.fill_(float("nan"))
-    y2.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    check(y1, p1.a, p1.b, p1.c, act="relu")
-    check(y2, p2.a, p2.b, p2.c, act="relu")
+    check_graph_of_two_calls(_offered(CublasLtEpilogue(0), p1), p1, p2, "relu")
 
 
 @pytest.mark.gpu

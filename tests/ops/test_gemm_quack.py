@@ -9,7 +9,7 @@ biases."""
 import pytest
 import torch
 
-from gemm_checks import bound, check, matrix, nans, randn, within
+from gemm_checks import bound, check, check_graph_of_two_calls, matrix, nans, randn, within
 from tunekit.backends import quack
 from tunekit.ops.gemm import AddmmParams, GemmParams, addmm_op, mm_op
 from tunekit.ops.gemm.quack_candidates import CONFIGS, MIN_MN, QuackGemm, _bias_problem, _operand_problem
@@ -18,8 +18,8 @@ from tunekit.tunable.preparations import NeedsCompiler, builds_only
 NAMES = [QuackGemm(c).name for c in CONFIGS]
 
 
-def _linear(M, N, K, dtype, device, act="none", bias=True, b_layout="col", out=True, seed=0):
-    a = matrix(M, K, dtype, device, seed=seed)
+def _linear(M, N, K, dtype, device, act="none", bias=True, b_layout="col", out=True, seed=0, a_layout="row"):
+    a = matrix(M, K, dtype, device, a_layout, seed=seed)
     b = matrix(K, N, dtype, device, b_layout, seed=seed + 1)  # "col": weight.t()
     o = nans((M, N), dtype, device) if out else None
     if not bias:
@@ -121,6 +121,16 @@ def test_each_configuration_directly(name, act, bias, dtype, b_layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_a_column_major_a_as_the_weight_gradient_has(b_layout):
+    """grad_weight = grad_out.T @ x: A column-major (M-contiguous), a plan of its own."""
+    p = _linear(1024, 2048, 512, torch.bfloat16, "cuda", bias=False, b_layout=b_layout, seed=5, a_layout="col")
+    c = _offered(QuackGemm(CONFIGS[0]), p)
+    assert c.run(p) is p.out
+    _check_like_torch(p.out, p, "none")
+
+
+@pytest.mark.gpu
 def test_a_plan_is_made_on_a_worker_thread_as_preparations_are():
     """A fresh thread has no current CUDA context: quack's module load there failed with
     CUDA_ERROR_INVALID_CONTEXT until the plan bound the device's primary context (H100)."""
@@ -143,14 +153,4 @@ def test_nan_and_inf_land_where_torchs_do():
 def test_a_cuda_graph_whose_calls_carry_different_biases():
     p1 = _linear(1024, 1024, 512, torch.bfloat16, "cuda", "relu", out=False, seed=1)
     p2 = AddmmParams(randn((1024,), torch.bfloat16, "cuda", seed=9), p1.a, p1.b, activation="relu")
-    c = _offered(QuackGemm(CONFIGS[-1]), p1)
-    c.run(p1)  # the plan made outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y1, y2 = c.run(p1), c.run(p2)
-    y1.fill_(float("nan"))
-    y2.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    check(y1, p1.a, p1.b, p1.c, act="relu")
-    check(y2, p2.a, p2.b, p2.c, act="relu")
+    check_graph_of_two_calls(_offered(QuackGemm(CONFIGS[-1]), p1), p1, p2, "relu")
