@@ -38,8 +38,16 @@ def test_every_configuration_is_a_candidate_of_both_ops_after_the_triton_ones():
 
 
 def test_cpu_tensors_and_unknown_activations_are_declined():
-    p = _linear(1024, 1024, 64, torch.bfloat16, "cpu")
-    assert QuackGemm(CONFIGS[0]).supports(p) == "CUDA only"
+    c = QuackGemm(CONFIGS[0])
+    assert c.supports(_linear(1024, 1024, 64, torch.bfloat16, "cpu")) == "CUDA only"
+    assert "activation" in c.supports(_linear(1024, 1024, 64, torch.bfloat16, "cpu", act="gelu"))  # erf: not quack's
+
+
+def test_other_scalars_in_the_same_cache_key_get_torchs_addmm():
+    """A choice made for linear's form (alpha = beta = 1) met by other scalars of the same cache key."""
+    p = _linear(1024, 1024, 64, torch.float32, "cpu")
+    q = AddmmParams(p.c, p.a, p.b, alpha=0.5, beta=2.0)
+    check(QuackGemm(CONFIGS[0]).run(q), q.a, q.b, q.c, alpha=0.5, beta=2.0)
 
 
 def test_what_is_refused_before_any_cuda_call():
@@ -59,6 +67,9 @@ def test_what_is_refused_before_any_cuda_call():
     assert "alpha = beta = 1" in _bias_problem(AddmmParams(p.c, p.a, p.b, alpha=2))
     assert "bias" in _bias_problem(AddmmParams(randn((1024, 1024), bf), p.a, p.b))
     assert "bias" in _bias_problem(AddmmParams(p.c.float(), p.a, p.b))
+    assert _bias_problem(AddmmParams(p.c.view(1, 1024), p.a, p.b)) is None  # a [1, N] bias
+    assert "16-byte aligned" in _bias_problem(AddmmParams(randn((1025,), bf)[1:], p.a, p.b))
+    assert "empty" in _operand_problem(_linear(1024, 1024, 0, bf, "cpu"))
 
 
 def test_a_missing_quack_is_the_reason(monkeypatch):
@@ -111,12 +122,12 @@ FORMS = [("gelu_tanh", True, torch.bfloat16, "col"), ("none", False, torch.float
 def test_each_configuration_directly(name, act, bias, dtype, b_layout):
     """Every form on the first configuration, two on the others (each form and configuration is a compile
     of seconds)."""
-    p = _linear(1024, 1536, 520, dtype, "cuda", act, bias, b_layout, seed=len(name))
+    p = _linear(1032, 1544, 520, dtype, "cuda", act, bias, b_layout, seed=len(name))  # multiples of 8, not of 16
     c = _offered(QuackGemm(CONFIGS[NAMES.index(name)]), p)
     c.prepare(p)  # the plan, compiled without a launch
     assert c.run(p) is p.out
     _check_like_torch(p.out, p, act)
-    fresh = _linear(2048, 1024, 264, dtype, "cuda", act, bias, b_layout, out=False, seed=7)  # other sizes, same plan
+    fresh = _linear(2048, 1024, 1024, dtype, "cuda", act, bias, b_layout, out=False, seed=7)  # same plan, other sizes
     _check_like_torch(c.run(fresh), fresh, act)
 
 

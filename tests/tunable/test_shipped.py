@@ -211,6 +211,50 @@ def test_a_shipped_choice_whose_compile_fails_leaves_the_next_fastest_for_good_w
     assert op.runs["fast"] >= 1 and op.runs["medium"] == 0 and op.runs["ref"] <= 1
 
 
+def test_a_choice_failing_after_the_first_call_leaves_the_stand_in_once_it_is_ready(ship, tmp_path):
+    """Later calls (which wait for nothing) meet the failure: the stand-in is prepared then, the default
+    runs undecided until it is ready, and then it is the decision, not the default."""
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    fail, ready = threading.Event(), threading.Event()
+
+    def prepare(p):
+        fail.wait(30)
+        raise RuntimeError("ptxas exploded")
+    op = op_whose("medium", prepare)
+    slow = Preparing(op.candidate("fast"), lambda p: ready.wait(30))
+    op.candidates[op.candidates.index(slow.inner)] = slow
+    op._by_name["fast"] = slow
+    with tuning(max_tuning_ms=0.5), pytest.warns(TunekitWarning, match="fast .timed next fastest. runs"):
+        op(ScaleParams(x))  # pending: the default
+        fail.set()
+        time.sleep(0.05)
+        op(ScaleParams(x))  # the failure met; the stand-in preparing: the default again, undecided
+        assert op.decision(ScaleParams(x)) is None and dict(op.runs) == {"ref": 2}
+        ready.set()
+        deadline = time.perf_counter() + 10
+        while op.decision(ScaleParams(x)) is None and time.perf_counter() < deadline:
+            op(ScaleParams(x))
+            time.sleep(0.01)
+    assert op.decision(ScaleParams(x)).candidate.name == "fast" and op.runs["fast"] >= 1
+
+
+def test_a_stand_in_slower_to_prepare_than_the_choice_to_fail_is_waited_for_within_the_budget(ship, tmp_path):
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+
+    def prepare(p):
+        time.sleep(0.05)
+        raise RuntimeError("ptxas exploded")
+    op = op_whose("medium", prepare)
+    slow = Preparing(op.candidate("fast"), lambda p: time.sleep(0.3))
+    op.candidates[op.candidates.index(slow.inner)] = slow
+    op._by_name["fast"] = slow
+    with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="fast .timed next fastest. runs"):
+        op(ScaleParams(x))
+    assert dict(op.runs) == {"fast": 1} and op.decision(ScaleParams(x)).candidate.name == "fast"
+
+
 def test_a_stand_in_that_cannot_run_here_gives_way_to_the_next(ship, tmp_path):
     """A machine without the shipped choice's optional backend (quack-kernels): the choice ("fast")
     cannot be prepared and the next fastest ("quick", of the same backend) refuses the input; the one

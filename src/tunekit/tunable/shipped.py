@@ -43,8 +43,8 @@ from .errors import ResultsImportError
 from .preparations import builds_only, preparer
 
 __all__ = ["SHIPPED_DIR", "file_for", "shipped_entry", "problems", "entries_for", "forget_files", "start_preparing",
-           "preparation_problem", "PENDING", "Preparation", "stand_in", "uses_triton", "STAND_IN_AFTER_MS",
-           "KEPT_WAIT_MS"]
+           "preparation_problem", "PENDING", "FALLING_BACK", "UNDER_WAY", "Preparation", "stand_in", "uses_triton",
+           "STAND_IN_AFTER_MS", "KEPT_WAIT_MS"]
 
 SHIPPED_DIR = pathlib.Path(__file__).resolve().parents[1] / "pretuned"
 #: environment facts that must be equal; those in _MINOR only up to the minor version
@@ -135,6 +135,10 @@ def forget_files() -> None:
 
 #: what :func:`preparation_problem` says while the preparation still runs
 PENDING = "its preparation (compile) is under way"
+#: what :meth:`Preparation.wait` says when the choice failed and its stand-in still prepares
+FALLING_BACK = "it could not be prepared, and the timed next fastest is preparing"
+#: the problems that leave the signature undecided (the default runs this call)
+UNDER_WAY = (PENDING, FALLING_BACK)
 
 
 _stand_in_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -261,10 +265,7 @@ class Preparation:
         self._context.copy().run(self._stand_in_then_choice)
 
     def _stand_in_then_choice(self) -> None:
-        try:
-            self._start_stand_in()
-        except Exception:  # noqa: BLE001 - e.g. the worker pool shut down at exit: the choice still prepares
-            self._stand_in_future = None
+        self._start_stand_in_safely()  # not started (the pool shut down at exit): the choice still prepares
         if self._stand_in_future is None:
             self._start_choice()
         else:  # the stand-in's worker runs the callback: the caller's settings again
@@ -285,22 +286,23 @@ class Preparation:
         except Exception as exc:  # noqa: BLE001 - e.g. the worker pool shut down at exit
             self.future.set_exception(exc)
 
-    def _start_stand_in(self) -> None:
+    def _start_stand_in(self, final: bool = False) -> None:
         """Prepare the stand-in; a Triton one from kept builds only while no Triton choice was prepared in
         this process: compiling it would start Triton, holding the interpreter 0.2-0.4 s, the shipped
         choice's own load (a cubin, milliseconds) included (a first call of 283 ms, H100)."""
         options = self._pick()
         if options:
             self._stand_in_future = _stand_in_worker().submit(contextvars.copy_context().run, self._first_runnable,
-                                                              options)
+                                                              options, final)
 
-    def _first_runnable(self, options) -> None:
+    def _first_runnable(self, options, final: bool = False) -> None:
         """Prepare the first of ``options`` that supports the params (a Triton one from kept builds only
-        while no Triton choice was prepared); it becomes ``stand_in``. All refused: this fails."""
+        while no Triton choice was prepared, unless it is ``final``: the choice failed); it becomes
+        ``stand_in``. All refused: this fails."""
         problems = []
         for c in options:
             try:
-                _prepare(c, self.params, True, uses_triton(c) and not _triton_prepared)
+                _prepare(c, self.params, True, uses_triton(c) and not _triton_prepared and not final)
             except Exception as exc:  # noqa: BLE001 - refused or failed: the next one
                 problems.append(f"{c.name}: {exc}")
                 continue
@@ -317,32 +319,46 @@ class Preparation:
                 if self._kept.done() and not self._kept.cancelled() and self._kept.exception() is None:
                     return None, None
                 wait_ms = 0.0
-            return preparation_problem(self.future, wait_ms), self.meanwhile()
+            return self._instead(preparation_problem(self.future, wait_ms), wait_ms)
         if wait_ms == float("inf") or wait_ms <= STAND_IN_AFTER_MS:
             return self._instead(preparation_problem(self.future, wait_ms), wait_ms)
         if self._stand_in_future is None:
             problem = preparation_problem(self.future, STAND_IN_AFTER_MS)
             if problem != PENDING:
                 return self._instead(problem, wait_ms - STAND_IN_AFTER_MS)
-            self._start_stand_in()
+            self._start_stand_in_safely()
         waiting = [f for f in (self.future, self._stand_in_future) if f is not None]
         deadline = time.perf_counter() + (wait_ms - STAND_IN_AFTER_MS) / 1e3
         concurrent.futures.wait(waiting, timeout=deadline - time.perf_counter(),
                                 return_when=concurrent.futures.FIRST_COMPLETED)
         if self.meanwhile() is None:  # no stand-in, or it failed (refused, needs a compiler): the choice
             concurrent.futures.wait([self.future], timeout=max(0.0, deadline - time.perf_counter()))
-        return preparation_problem(self.future, 0.0), self.meanwhile()
+        return self._instead(preparation_problem(self.future, 0.0), max(0.0, deadline - time.perf_counter()) * 1e3)
 
     def _instead(self, problem: str | None, wait_ms: float) -> tuple[str | None, object | None]:
-        """(problem, what runs instead): once the choice failed (its backend missing here, a compile
-        error), the stand-in runs for good, prepared now if it was not yet (waiting at most ``wait_ms``
-        for it): the next fastest the entry timed, not the default."""
-        if problem is None or problem == PENDING or self._stand_in_future is not None:
+        """(problem, what runs instead). Once the choice failed (its backend missing here, a compile
+        error) the stand-in runs for good: prepared now if it was not yet (compiling allowed: it is
+        final), waited for at most ``wait_ms``; while it still prepares, :data:`FALLING_BACK` (the
+        default runs, nothing decided), so a stand-in slower to prepare than the choice took to fail
+        is not passed over for the default."""
+        if problem is None or problem == PENDING:
             return problem, self.meanwhile()
-        self._start_stand_in()
-        if self._stand_in_future is not None and wait_ms > 0:
-            concurrent.futures.wait([self._stand_in_future], timeout=None if wait_ms == float("inf") else wait_ms / 1e3)
+        if self._stand_in_future is None:
+            self._start_stand_in_safely(final=True)
+        future = self._stand_in_future
+        if future is not None and not future.done() and wait_ms > 0:
+            concurrent.futures.wait([future], timeout=None if wait_ms == float("inf") else wait_ms / 1e3)
+        if future is not None and not future.done():
+            return FALLING_BACK, None
         return problem, self.meanwhile()
+
+    def _start_stand_in_safely(self, final: bool = False) -> None:
+        """:meth:`_start_stand_in` on the caller's path: a failure to start (the worker pool shut down
+        at exit) leaves no stand-in rather than raising into the call."""
+        try:
+            self._start_stand_in(final)
+        except Exception:  # noqa: BLE001 - the default runs instead
+            self._stand_in_future = None
 
     def meanwhile(self):
         """The stand-in once it is ready, else None (the default runs)."""

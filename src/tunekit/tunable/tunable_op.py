@@ -332,7 +332,7 @@ class TunableOp:
         r = self._preparing[(s.cache_id, signature)].resolution
         problem, meanwhile = self._preparing[(s.cache_id, signature)].wait(wait_ms)
         runs = f"{meanwhile.name} (timed next fastest) runs" if meanwhile else "the default runs"
-        if problem == shipped.PENDING:
+        if problem in shipped.UNDER_WAY:
             return Resolution(meanwhile or self.default, f"{r.why}: {problem}, {runs} meanwhile", signature,
                               r.device, cache=False)
         del self._preparing[(s.cache_id, signature)]

@@ -66,9 +66,11 @@ def _bias_problem(p: AddmmParams) -> str | None:
 
 def _operand_problem(p) -> str | None:
     a, b, out = p.a, p.b, p.out
-    if a.dim() != 2 or a.dtype not in _DTYPES or b.dtype is not a.dtype or b.device != a.device:
+    if a.dim() != 2 or b.dim() != 2 or a.dtype not in _DTYPES or b.dtype is not a.dtype or b.device != a.device:
         return "2-D float16 / bfloat16 operands of one dtype on one device only"
     M, N, K = p.mnk
+    if 0 in (M, N, K):
+        return "empty problem (the default handles M, N or K of 0)"
     if M % 8 or N % 8 or K % 8:
         return "M, N and K multiples of 8 only (TMA's 16-byte strides)"
     if M < MIN_MN or N < MIN_MN:
@@ -92,13 +94,13 @@ class QuackGemm(Candidate):
     def supports(self, p) -> str | None:
         if type(p) not in (GemmParams, AddmmParams):
             return "mm and addmm only"
+        if p.activation not in quack.ACTIVATIONS:
+            return "activation none, relu, silu or gelu tanh only"
         if p.a.device.type != "cuda":
             return "CUDA only"
         why = quack.unavailable(_device_index(p))
         if why:
             return why
-        if p.activation not in quack.ACTIVATIONS:
-            return "activation none, relu, silu or gelu tanh only"
         return _operand_problem(p) or (_bias_problem(p) if type(p) is AddmmParams else None)
 
     def _parts(self, p):
