@@ -166,7 +166,11 @@ class Preparing:
 
 def op_whose(name, prepare):
     """A fresh op whose candidate ``name`` has ``prepare``."""
-    op = make_op(None, COSTS)
+    return with_prepare(make_op(None, COSTS), name, prepare)
+
+
+def with_prepare(op, name, prepare):
+    """``op`` with its candidate ``name`` given ``prepare``."""
     wrapped = Preparing(op.candidate(name), prepare)
     op.candidates[op.candidates.index(wrapped.inner)] = wrapped
     op._by_name[name] = wrapped
@@ -221,10 +225,7 @@ def test_a_choice_failing_after_the_first_call_leaves_the_stand_in_once_it_is_re
     def prepare(p):
         fail.wait(30)
         raise RuntimeError("ptxas exploded")
-    op = op_whose("medium", prepare)
-    slow = Preparing(op.candidate("fast"), lambda p: ready.wait(30))
-    op.candidates[op.candidates.index(slow.inner)] = slow
-    op._by_name["fast"] = slow
+    op = with_prepare(op_whose("medium", prepare), "fast", lambda p: ready.wait(30))
     with tuning(max_tuning_ms=0.5), pytest.warns(TunekitWarning, match="fast .timed next fastest. runs"):
         op(ScaleParams(x))  # pending: the default
         fail.set()
@@ -246,10 +247,7 @@ def test_a_stand_in_slower_to_prepare_than_the_choice_to_fail_is_waited_for_with
     def prepare(p):
         time.sleep(0.05)
         raise RuntimeError("ptxas exploded")
-    op = op_whose("medium", prepare)
-    slow = Preparing(op.candidate("fast"), lambda p: time.sleep(0.3))
-    op.candidates[op.candidates.index(slow.inner)] = slow
-    op._by_name["fast"] = slow
+    op = with_prepare(op_whose("medium", prepare), "fast", lambda p: time.sleep(0.3))
     with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="fast .timed next fastest. runs"):
         op(ScaleParams(x))
     assert dict(op.runs) == {"fast": 1} and op.decision(ScaleParams(x)).candidate.name == "fast"
