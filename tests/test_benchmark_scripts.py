@@ -42,3 +42,30 @@ def test_pretune_only_tunes_what_it_names_and_keeps_the_rest(tmp_path):
     assert len(first) == 1 and all(" M=1 " in s for s in first)
     both = run(r"up\.M1 ")
     assert first < both and len(both) == 2
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu_tanh"])
+def test_pretunes_fused_linear_signatures_are_those_of_the_public_calls(tmp_path, activation):
+    """The shipped entries pretune.py makes for the GEMM suite's fused shapes are keyed by the signatures a
+    user's ``tunekit.linear(x, w, b)`` / ``linear_act(x, w, b, "gelu_tanh")`` meets (a smaller shape of the
+    same form; the default runs, tuning off, the signature recorded)."""
+    import importlib.util
+
+    import torch
+
+    import tunekit
+    from tunekit.tunable.results import ResultsStore
+
+    spec = importlib.util.spec_from_file_location("pretune_script", ROOT / "benchmarks" / "pretune.py")
+    pretune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pretune)
+    labels = [label for label, op, _ in pretune.work(["gemm"], torch.device("cpu")) if op == "addmm"]
+    assert f"addmm llama3-8b.up.M4096 bias {activation} bfloat16" in labels
+    gemm = pretune._gemm_suite()
+    shape = gemm.Shape("small.linear", 16, 24, 32)
+    made = pretune._linear_example(gemm, shape, activation, torch.device("cpu"))
+    x, w, b = made.a, made.b.t(), made.c
+    with tunekit.tuning(tuning=False, record_untuned=True, results=tmp_path / "r.sqlite"):
+        tunekit.linear(x, w, b) if activation == "none" else tunekit.linear_act(x, w, b, activation)
+    (record,) = ResultsStore(tmp_path / "r.sqlite").untuned("addmm")
+    assert record.signature == made.signature()
