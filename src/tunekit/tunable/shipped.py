@@ -154,21 +154,21 @@ def _stand_in_worker() -> concurrent.futures.ThreadPoolExecutor:
         return _stand_in_pool
 
 
-def start_preparing(candidate, params, *, check_support: bool = False, kept_only: bool = False) -> concurrent.futures.Future:
+def start_preparing(candidate, params, *, kept_only: bool = False) -> concurrent.futures.Future:
     """``candidate.prepare(params)`` on a preparation worker, in the caller's context (its
     ``tuning()`` settings: whether shipped builds may be used); done at once when there is nothing
-    to do. ``check_support`` (a stand-in, on its own worker): first ``candidate.supports(params)``,
-    a refusal failing the Future. ``kept_only``: loading kept builds only, NeedsCompiler failing
-    the Future where one would have to be compiled (:func:`~tunekit.tunable.preparations.builds_only`)."""
-    if getattr(candidate, "prepare", None) is None and not check_support:
+    to do. ``kept_only``: loading kept builds only, NeedsCompiler failing the Future where one would
+    have to be compiled (:func:`~tunekit.tunable.preparations.builds_only`)."""
+    if getattr(candidate, "prepare", None) is None:
         done = concurrent.futures.Future()
         done.set_result(None)
         return done
-    pool = _stand_in_worker() if check_support else preparer()
-    return pool.submit(contextvars.copy_context().run, _prepare, candidate, params, check_support, kept_only)
+    return preparer().submit(contextvars.copy_context().run, _prepare, candidate, params, False, kept_only)
 
 
 def _prepare(candidate, params, check_support: bool, kept_only: bool) -> None:
+    """Prepare ``candidate`` here; ``check_support`` (a stand-in): first ``candidate.supports(params)``, a
+    refusal raising."""
     why = candidate.supports(params) if check_support and hasattr(candidate, "supports") else None
     if why is not None:
         raise RuntimeError(f"{candidate.name} does not support these inputs: {why}")
