@@ -1,12 +1,12 @@
 """Answers: in a fresh process, what does a user get from a shipped quack choice (the H100's fused
 ``linear_act(x, w, b, "gelu_tanh")`` at 4096 x 14336 x 4096 bfloat16) on the first calls: with
-quack-kernels installed and its kernel cache empty (quack's import and a compile on a worker, the
-entry's next fastest candidate meanwhile), and without quack-kernels (the choice cannot be prepared:
+quack-kernels installed and no kernel built yet (a child process builds it, the entry's next fastest
+candidate meanwhile; before 2026-11-27 morning quack was imported and compiled in this process), and without quack-kernels (the choice cannot be prepared:
 the next fastest runnable candidate for good)? Every call's wall time and the candidate its decision
 names, for ``--seconds`` of calls.
 
 GPU only. ``PYTHONPATH=src python benchmarks/experiments/quack_first_use.py [--seconds S]``; run with
-``QUACK_CACHE_DIR`` set to an empty folder for quack's cold first use.
+``TUNEKIT_CACHE`` set to an empty folder for a cold first use (no kernel built yet).
 """
 
 from __future__ import annotations

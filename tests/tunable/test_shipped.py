@@ -398,6 +398,29 @@ def test_a_triton_stand_in_is_not_compiled_before_triton_has_started(ship, tmp_p
     assert 0.05 < waited < 5.0  # it waited for the choice, not the budget
 
 
+@pytest.mark.parametrize("built", [False, True])
+def test_a_stand_in_whose_build_is_slow_runs_only_when_it_was_built_before(ship, tmp_path, monkeypatch, built):
+    """A stand-in whose first build takes seconds (``slow_build``: quack's child process) is prepared from
+    kept builds only: built before, it runs while the choice loads; not built, it is not built now and
+    the first call waits for the choice (within the budget). Triton having started changes nothing."""
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+    loaded, compiled = threading.Event(), []
+    op = op_whose("medium", lambda p: loaded.wait(30))
+    slow = type("SlowBuild", (Preparing,), {"slow_build": True})
+    op._by_name["fast"] = slow(op.candidate("fast"), (lambda p: None) if built else compiling(compiled.append))
+    monkeypatch.setattr(shipped, "_triton_prepared", True)
+    timer = threading.Timer(0.3, loaded.set)  # ready well after STAND_IN_AFTER_MS
+    timer.start()
+    try:
+        with tuning(max_tuning_ms=20_000):
+            op(ScaleParams(x))
+    finally:
+        loaded.set()
+    assert compiled == []
+    assert dict(op.runs) == ({"fast": 1} if built else {"medium": 1})
+
+
 def triton_choice_op(ship, tmp_path, x, prepare):
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     op = op_whose("medium", lambda p: None)

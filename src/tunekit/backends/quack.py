@@ -1,50 +1,77 @@
-"""quack's Hopper GEMM kernels (``quack-kernels``: CuTe DSL, Tri Dao) with their fused epilogues: plans
-(compiled without a launch) and calls, for tunekit's GEMM candidates (``ops/gemm/quack_candidates.py``).
+"""quack's Hopper GEMM kernels (``quack-kernels``: CuTe DSL, Tri Dao) with their fused epilogues, for
+tunekit's GEMM candidates (``ops/gemm/quack_candidates.py``), run without importing quack.
 
 Why: a linear + bias + gelu tanh runs cuBLASLt's bias + GELU algorithms at 1.03-1.05x the time of its
 plain ones on an H100, Triton's epilogues at 1.13x: the activation's arithmetic follows each tile's
 main loop. quack's ping-pong kernels give each SM two consumer warp groups whose epilogues overlap
-the other's main loop; its bias + gelu tanh cost 0.5% over its own plain GEMM at 8192^3 and
-4096 x 4096 x 14336, whose plain GEMM was within 2% of cuBLAS there (H100,
-``benchmarks/results/quack_gemm_probe-NVIDIA_H100_80GB_HBM3.txt``).
+the other's main loop (bias + gelu tanh 0.5% over its plain GEMM, which ran within 2% of cuBLAS at
+8192^3 and 4096 x 4096 x 14336; ``benchmarks/results/quack_gemm_probe-*``).
 
-Optional: ``pip install quack-kernels`` (it brings ``nvidia-cutlass-dsl``); without it, or off
-compute capability 9.0 (its SM90 kernels), :func:`unavailable` says why and nothing here imports it.
-Importing quack takes seconds (the CuTe DSL's MLIR), and a kernel's first compile 2-4 s (cached on
-disk by quack, per its version), so plans are made by a candidate's ``prepare`` on a worker thread:
-``EpiMod.plan`` compiles without launching, and ``EpiPlan.run`` launches with no host decision. A
-plan serves every shape of its metadata class (dtype, operand majors, epilogue, configuration): the
-kernels take M, N and K at run time.
+Why not in-process: importing quack froze every other thread of the process for 13-16 s and a
+compile held the interpreter 2-2.7 s at once (``benchmarks/results/quack_gil_probe-*``). So a child
+process builds each kernel (``quack_build.py``: quack's plan compiled into its TVM-FFI object, linked
+into ``kernel.so``, with the recipe of its launch arguments) into tunekit's cache (``quack/<key>``),
+and this process loads it through ``tvm_ffi`` (0.12 s for tvm_ffi's import, then 2.5 ms a kernel)
+and calls it with the recipe's arguments; the kernel runs on torch's current stream (TVM-FFI's
+environment stream), in CUDA graphs too (``benchmarks/experiments/quack_tvm_ffi_probe.py``). A
+kernel serves every shape of its class (dtype, operand majors, bias, activation, configuration): the
+kernels take M, N and K at run time. The key holds the versions of quack, the CuTe DSL and tvm_ffi,
+and the GPU model (the launch's cluster count).
+
+Optional: ``pip install quack-kernels`` (it brings ``nvidia-cutlass-dsl`` and ``apache-tvm-ffi``), a C
+compiler for the link; without them, or off compute capability 9.0, :func:`unavailable` says why.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import ctypes
 import functools
+import hashlib
 import importlib.metadata
 import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
 import threading
 
 import torch
 
-from . import thread_context
+from . import cache
 from ..tunable.preparations import NeedsCompiler, compilers_allowed
 
-__all__ = ["ACTIVATIONS", "unavailable", "version", "plan_for", "matmul", "major"]
+__all__ = ["ACTIVATIONS", "unavailable", "version", "major", "spec_for", "kernel_for", "build", "QuackKernel",
+           "arguments"]
 
 #: tunekit's epilogue activations that quack's epilogue library computes, by quack's name
 ACTIVATIONS = {"none": None, "relu": "relu", "silu": "silu", "gelu_tanh": "gelu_tanh_approx"}
+#: the longest a child may take to build its kernels (quack's import 5-16 s, each compile 2-7 s)
+BUILD_TIMEOUT_S = 900
+_BUILDER = pathlib.Path(__file__).with_name("quack_build.py")
 
 _lock = threading.Lock()
-_plans: dict[tuple, object] = {}
+_kernels: dict[tuple, "QuackKernel"] = {}  # by the tensors' class, configuration and device
+_libraries: dict[str, ctypes.CDLL] = {}
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 @functools.lru_cache(maxsize=None)
 def version() -> str | None:
     """The installed quack-kernels version (without importing it), or None."""
-    try:
-        return importlib.metadata.version("quack-kernels")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return _dist_version("quack-kernels")
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,6 +79,10 @@ def unavailable(device_index: int) -> str | None:
     """Why quack's kernels cannot run on CUDA device ``device_index``, or None."""
     if version() is None or importlib.util.find_spec("quack") is None:
         return "quack-kernels is not installed (optional: pip install quack-kernels)"
+    if importlib.util.find_spec("tvm_ffi") is None:
+        return "apache-tvm-ffi is not installed (quack-kernels' dependency: it loads the built kernels)"
+    if _compiler() is None:
+        return "no C compiler (gcc or $CC) to link quack's kernels"
     if torch.cuda.get_device_capability(device_index) != (9, 0):
         return "quack's SM90 kernels: compute capability 9.0 (H100, H200) only"
     return None
@@ -70,50 +101,127 @@ def major(t: torch.Tensor) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _epilogue(activation: str, bias: bool):
-    """quack's epilogue module for ``act(a @ b + bias)`` (import on first use: seconds)."""
-    from quack.epilogue.library import linear_act_mod
-
-    return linear_act_mod(ACTIVATIONS[activation], gated=False, has_c=False, has_rowvec=bias, has_colvec=False,
-                          sr=False, has_alpha=False)
-
-
-def _config(config: tuple):
-    from quack.gemm_config import GemmConfig
-
-    tile_m, tile_n, pingpong, cluster_m, cluster_n = config
-    return GemmConfig(tile_m=tile_m, tile_n=tile_n, pingpong=pingpong, cluster_m=cluster_m, cluster_n=cluster_n,
-                      swap_ab=False, device_capacity=9, is_dynamic_persistent=False, use_tma_gather=False)
+def _environment(device_index: int) -> str:
+    """What a built kernel depends on besides its spec: the versions of what built and loads it, the GPU
+    model, the builder's source."""
+    versions = [_dist_version(n) for n in ("quack-kernels", "nvidia-cutlass-dsl", "apache-tvm-ffi")]
+    return json.dumps([versions, torch.cuda.get_device_name(device_index), sys.version_info[:2],
+                       hashlib.sha256(_BUILDER.read_bytes()).hexdigest()])
 
 
-def _operands(bias):
-    return {} if bias is None else {"mRowVecBroadcast": bias}
+def spec_for(a, b, bias, activation: str, config: tuple) -> dict:
+    """The build spec of the kernel for ``act(a @ b + bias)`` in ``config`` (tile_m, tile_n, pingpong,
+    cluster_m, cluster_n); its ``key`` names the kernel's cache folder."""
+    index = a.device.index or 0  # a CUDA tensor's device always has its index
+    spec = {"dtype": str(a.dtype).removeprefix("torch."), "a_major": major(a), "b_major": major(b),
+            "bias": bias is not None, "activation": activation, "quack_activation": ACTIVATIONS[activation],
+            "config": list(config)}
+    spec["key"] = hashlib.sha256((json.dumps(spec, sort_keys=True) + _environment(index)).encode()).hexdigest()[:40]
+    spec["device"] = index
+    return spec
 
 
-def plan_for(a, b, bias, out, activation: str, config: tuple):
-    """The compiled plan for ``out = act(a @ b + bias)`` in configuration ``config`` (tile_m, tile_n,
-    pingpong, cluster_m, cluster_n), made once per metadata class and device; never launches. Inside
-    ``preparations.builds_only()`` a plan not made yet raises NeedsCompiler."""
-    key = (a.dtype, major(a), major(b), bias is not None, activation, config, a.device.index)
-    plan = _plans.get(key)
-    if plan is not None:
-        return plan
-    if not compilers_allowed():
-        raise NeedsCompiler("a quack plan compiles (CuTe DSL) on first use")
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+def _root() -> pathlib.Path:
+    return cache.private_dir(cache.cache_dir("quack"))
+
+
+def _child(root: pathlib.Path, specs: list[dict]) -> tuple[dict, str]:
+    """Build ``specs`` in one child process: ({key: its error}, why the child failed where it did)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the parent's imports
+    try:
+        r = subprocess.run([sys.executable, str(_BUILDER), str(root)], input=json.dumps(specs), env=env,
+                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {}, f"building took over {BUILD_TIMEOUT_S} s"
+    errors = {}
+    for line in r.stdout.splitlines():  # the builder's lines among whatever quack prints
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("error"):
+            errors[row.get("key")] = row["error"]
+    return errors, \
+        f"no kernel (exit {r.returncode}: {r.stderr.strip()[-600:]})"
+
+
+def build(specs: list[dict], processes: int = 1) -> None:
+    """Build every spec of ``specs`` not built yet, in ``processes`` child processes side by side (quack
+    imported once in each); a RuntimeError names each that failed, with the child's reason."""
+    root = _root()
+    todo = [s for s in specs if not (root / s["key"] / "kernel.so").exists()]
+    if not todo:
+        return
+    chunks = [todo[i::processes] for i in range(min(processes, len(todo)))]
+    with concurrent.futures.ThreadPoolExecutor(len(chunks)) as pool:
+        outcomes = list(pool.map(functools.partial(_child, root), chunks))
+    whys = []
+    for chunk, (errors, failure) in zip(chunks, outcomes):
+        whys += [errors.get(s["key"], failure) for s in chunk if not (root / s["key"] / "kernel.so").exists()]
+    if whys:
+        raise RuntimeError(f"quack's build failed: {'; '.join(whys)}")
+
+
+def kernel_for(a, b, bias, activation: str, config: tuple) -> "QuackKernel":
+    """The loaded kernel for ``act(a @ b + bias)`` in ``config``: from this process, else from the cache,
+    else built (a child process: seconds). Inside ``preparations.builds_only()`` a kernel not built
+    yet raises NeedsCompiler."""
+    loaded = (a.dtype, major(a), major(b), bias is not None, activation, config, a.device.index)
+    kernel = _kernels.get(loaded)  # a call's path: no spec, no hash
+    if kernel is not None:
+        return kernel
+    spec = spec_for(a, b, bias, activation, config)
+    folder = _root() / spec["key"]
+    if not (folder / "kernel.so").exists():  # built outside the lock: configurations build side by side
+        if not compilers_allowed():
+            raise NeedsCompiler("a quack kernel is built by a child process on first use")
+        build([spec])
     with _lock:
-        plan = _plans.get(key)
-        if plan is None:  # on a worker thread: no context is current there (CUDA_ERROR_INVALID_CONTEXT, H100)
-            with torch.cuda.device(index), thread_context.capture_relaxed():
-                thread_context.bind(index)
-                plan = _epilogue(activation, bias is not None).plan(
-                    a, b, None, out={"mAuxOut": out}, config=_config(config), **_operands(bias))
-            _plans[key] = plan
-    return plan
+        kernel = _kernels.get(loaded)
+        if kernel is None:
+            kernel = _kernels[loaded] = QuackKernel(folder)
+    return kernel
 
 
-def matmul(plan, a, b, bias, out):
-    """``out = act(a @ b + bias)`` by ``plan`` (made by :func:`plan_for` for these tensors' metadata)
-    on the current stream; returns ``out``."""
-    plan.run(a, b, None, out={"mAuxOut": out}, **_operands(bias))
-    return out
+def _rebuilder(leaf):
+    """A recipe leaf as (True, constant) or (False, a function of the call's tensors)."""
+    if "t" in leaf:
+        name = leaf["t"]
+        return (False, (lambda v: v[name].mT) if leaf.get("mT") else (lambda v: v[name]))
+    if "v" in leaf:
+        return True, leaf["v"]
+    if "tuple" in leaf:
+        parts = [_rebuilder(x) for x in leaf["tuple"]]
+        if all(const for const, _ in parts):
+            return True, tuple(p for _, p in parts)
+        return False, lambda v: tuple(p if const else p(v) for const, p in parts)
+    raise ValueError(f"a quack launch recipe leaf tunekit cannot rebuild: {leaf}")
+
+
+def arguments(recipe: list):
+    """A function of the call's tensors ({"a", "b", "bias", "out"}) giving the launch's arguments."""
+    parts = [_rebuilder(leaf) for leaf in recipe]
+    return lambda v: [p if const else p(v) for const, p in parts]
+
+
+class QuackKernel:
+    """One built quack kernel, loaded: ``kernel(a, b, bias, out)`` computes ``out = act(a @ b + bias)``
+    on the current stream."""
+
+    def __init__(self, folder: pathlib.Path):
+        so = folder / "kernel.so"
+        with open(so, "rb") as f:
+            problem = cache.entry_problem(os.fstat(f.fileno()), so)
+        if problem:
+            raise cache.UntrustedCache(f"tunekit will not load {so}: {problem}")
+        import tvm_ffi  # 0.12 s once; quack and the CuTe DSL are never imported here
+
+        for lib in json.loads((folder / "libs.json").read_text()):
+            if os.path.basename(lib) != "libtvm_ffi.so" and lib not in _libraries:  # tvm_ffi loaded its own
+                _libraries[lib] = ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        self._fn = tvm_ffi.load_module(str(so))["func"]
+        self._arguments = arguments(json.loads((folder / "recipe.json").read_text()))
+
+    def __call__(self, a, b, bias, out):
+        self._fn(*self._arguments({"a": a, "b": b, "bias": bias, "out": out}))
+        return out

@@ -38,7 +38,7 @@ CONFIGS = ((128, 192, True, 2, 1), (128, 192, True, 1, 2), (128, 208, True, 2, 1
 #: the smallest M and N offered to quack's 128- and 256-row tiles
 MIN_MN = 1024
 
-_SOURCES = [Path(__file__), Path(quack.__file__)]
+_SOURCES = [Path(__file__), Path(quack.__file__), Path(quack.__file__).with_name("quack_build.py")]
 _source_text: str | None = None
 _DTYPES = (torch.float16, torch.bfloat16)
 
@@ -86,6 +86,9 @@ def _operand_problem(p) -> str | None:
 class QuackGemm(Candidate):
     """quack's SM90 GEMM in one configuration, with the activation (and bias) in its epilogue."""
 
+    #: a first build takes seconds in a child process: as a shipped choice's stand-in, only one built before
+    slow_build = True
+
     def __init__(self, config: tuple):
         tile_m, tile_n, pingpong, cluster_m, cluster_n = config
         self.config = config
@@ -111,21 +114,19 @@ class QuackGemm(Candidate):
         return a, b, bias, out
 
     def prepare(self, p) -> None:
-        """Compile this configuration's kernel for ``p``'s metadata without launching it (a worker thread
-        does this while tuning or while a shipped choice gets ready)."""
+        """Build (a child process: seconds) or load this configuration's kernel for ``p``'s class, never
+        launching it (a worker thread does this while tuning or while a shipped choice gets ready)."""
         if p.a.device.type == "cuda":
             why = quack.unavailable(_device_index(p))
             if why:  # a shipped choice on a machine without quack: the entry's next fastest stands in
                 raise RuntimeError(why)
-            a, b, bias, out = self._parts(p)
-            quack.plan_for(a, b, bias, out, p.activation, self.config)
+            quack.kernel_for(p.a, p.b, p.c if type(p) is AddmmParams else None, p.activation, self.config)
 
     def run(self, p):
         if type(p) is AddmmParams and not _unit_scalars(p):  # a choice for linear's form met by other scalars
             return torch_addmm(p)  # in the same cache key (it holds only alpha == 0, beta == 0): torch's
         a, b, bias, out = self._parts(p)
-        plan = quack.plan_for(a, b, bias, out, p.activation, self.config)
-        return quack.matmul(plan, a, b, bias, out)
+        return quack.kernel_for(a, b, bias, p.activation, self.config)(a, b, bias, out)
 
     def source_hash(self) -> str:
         global _source_text
