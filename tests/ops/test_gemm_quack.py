@@ -8,13 +8,17 @@ operands, float16 and bfloat16, NaN-filled out, a new result), a kernel built an
 thread with quack never imported here, torch's current stream, NaN / inf, and a CUDA graph of calls with
 different biases."""
 
+import concurrent.futures
+import os
+import stat
 import sys
+import time
 
 import pytest
 import torch
 
 from gemm_checks import bound, check, check_graph_of_two_calls, matrix, nans, randn, within
-from tunekit.backends import quack
+from tunekit.backends import cache as cache_module, quack
 from tunekit.ops.gemm import AddmmParams, GemmParams, addmm_op, mm_op
 from tunekit.ops.gemm.quack_candidates import CONFIGS, MIN_MN, QuackGemm, _bias_problem, _operand_problem
 from tunekit.tunable.preparations import NeedsCompiler, builds_only
@@ -94,6 +98,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(quack, "_environment", lambda index: "test-gpu")
     monkeypatch.setattr(quack, "_kernels", {})
+    monkeypatch.setattr(quack, "_failed", {})
     return tmp_path / "cache" / "quack"
 
 
@@ -142,15 +147,89 @@ def _builder(tmp_path, monkeypatch, body):
     monkeypatch.setattr(quack, "_BUILDER", script)
 
 
-def test_a_failed_build_says_why_per_kernel(cache, tmp_path, monkeypatch):
-    _builder(tmp_path, monkeypatch, "for s in specs: print(json.dumps({'key': s['key'], 'error': 'ptxas: boom'}))\n"
+def test_a_failed_build_says_why_and_is_not_tried_again(cache, tmp_path, monkeypatch):
+    _builder(tmp_path, monkeypatch, "open(os.path.join(root, 'children.log'), 'a').write('child\\n')\n"
+                                    "for s in specs: print(json.dumps({'key': s['key'], 'error': 'ptxas: boom'}))\n"
                                     "sys.exit(1)\n")
     p = _linear(1024, 1024, 64, torch.bfloat16, "cpu")
-    with pytest.raises(RuntimeError, match="ptxas: boom"):
-        quack.kernel_for(p.a, p.b, p.c, "gelu_tanh", CONFIGS[0])
+    for _ in range(2):  # the second time from memory: no child
+        with pytest.raises(RuntimeError, match="ptxas: boom"):
+            quack.kernel_for(p.a, p.b, p.c, "gelu_tanh", CONFIGS[0])
+    assert (cache / "children.log").read_text().split() == ["child"]
     _builder(tmp_path, monkeypatch, "sys.stderr.write('Traceback: no module quack'); sys.exit(1)\n")
-    with pytest.raises(RuntimeError, match="no module quack"):
+    with pytest.raises(RuntimeError, match="no module quack"):  # a child that died: its last words
+        quack.kernel_for(p.a, p.b, p.c, "gelu_tanh", CONFIGS[1])
+
+
+def test_a_build_past_its_time_is_stopped(cache, tmp_path, monkeypatch):
+    _builder(tmp_path, monkeypatch, "import time; time.sleep(60)\n")
+    monkeypatch.setattr(quack, "BUILD_TIMEOUT_S", 1)
+    p = _linear(1024, 1024, 64, torch.bfloat16, "cpu")
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="took over 1 s"):
         quack.kernel_for(p.a, p.b, p.c, "gelu_tanh", CONFIGS[0])
+    assert time.perf_counter() - t0 < 30 and not quack._children
+
+
+WRITES_A_KERNEL = ("for s in specs:\n"
+                   "    open(os.path.join(root, 'children.log'), 'a').write(s['key'] + '\\n')\n"
+                   "    import time; time.sleep(0.3)\n"
+                   "    d = os.path.join(root, s['key']); os.makedirs(d, mode=0o700)\n"
+                   "    for n, t in (('kernel.so', ''), ('recipe.json', '[]'), ('libs.json', LIBS)):\n"
+                   "        open(os.path.join(d, n), 'w').write(t); os.chmod(os.path.join(d, n), MODE)\n")
+
+
+def test_one_build_per_kernel_across_threads(cache, tmp_path, monkeypatch):
+    _builder(tmp_path, monkeypatch, "LIBS, MODE = '[]', 0o600\n" + WRITES_A_KERNEL)
+    monkeypatch.setattr(quack, "QuackKernel", lambda folder: object())
+    p = _linear(1024, 1024, 64, torch.bfloat16, "cpu", "gelu_tanh")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        kernels = list(pool.map(lambda _: quack.kernel_for(p.a, p.b, p.c, "gelu_tanh", CONFIGS[0]), range(4)))
+    assert len({id(k) for k in kernels}) == 1 and (cache / "children.log").read_text().split() == [_spec(p)["key"]]
+
+
+@pytest.mark.parametrize("mode, libs, why", [
+    (0o664, "[]", "writable by others"),  # built under umask 002 before the builder made its files private
+    (0o600, '["/tmp/evil/libpwn.so"]', "names libraries other than"),
+])
+def test_a_kernel_that_is_not_private_or_names_other_libraries_is_not_loaded(cache, tmp_path, monkeypatch, mode,
+                                                                               libs, why):
+    _builder(tmp_path, monkeypatch, f"LIBS, MODE = {libs!r}, {mode}\n" + WRITES_A_KERNEL)
+    p = _linear(1024, 1024, 64, torch.bfloat16, "cpu", "gelu_tanh")
+    with pytest.raises((cache_module.UntrustedCache, ValueError), match=why):
+        quack.kernel_for(p.a, p.b, p.c, "gelu_tanh", CONFIGS[0])
+    assert "libpwn" not in str(quack._libraries)
+
+
+def test_a_kernel_built_before_that_does_not_load_is_built_again_once(cache, tmp_path, monkeypatch):
+    """A moved environment's library paths, a damaged file: built again, once."""
+    _builder(tmp_path, monkeypatch, "LIBS, MODE = '[]', 0o600\n" + WRITES_A_KERNEL)
+    p = _linear(1024, 1024, 64, torch.bfloat16, "cpu", "gelu_tanh")
+    quack.build([_spec(p)])
+    loads = []
+
+    def load(folder):
+        loads.append(folder)
+        if len(loads) == 1:
+            raise OSError("libcute_dsl_runtime.so: cannot open shared object file")
+        return object()
+    monkeypatch.setattr(quack, "QuackKernel", load)
+    quack.kernel_for(p.a, p.b, p.c, "gelu_tanh", CONFIGS[0])
+    assert len(loads) == 2 and (cache / "children.log").read_text().split() == [_spec(p)["key"]] * 2
+
+
+def test_the_builder_makes_its_files_private_whatever_the_umask(tmp_path):
+    from tunekit.backends import quack_build
+
+    old = os.umask(0o002)
+    try:
+        folder = tmp_path / "k"
+        folder.mkdir()
+        (folder / "kernel.so").write_bytes(b"")
+    finally:
+        os.umask(old)
+    quack_build.private(str(folder))
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE((folder / "kernel.so").stat().st_mode) == 0o600
 
 
 def test_one_child_builds_the_kernels_not_built_yet(cache, tmp_path, monkeypatch):
@@ -218,6 +297,18 @@ FORMS = [("gelu_tanh", True, torch.bfloat16, "col"), ("none", False, torch.float
 
 
 CASES = [(n, *f) for n in NAMES for f in (FORMS if n == NAMES[0] else FORMS[:2])]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_cache(tmp_path_factory):
+    """This module's GPU tests build into a cache of their own: every kernel built here, none found."""
+    old = os.environ.get("TUNEKIT_CACHE")
+    os.environ["TUNEKIT_CACHE"] = str(tmp_path_factory.mktemp("tunekit_cache"))
+    yield
+    if old is None:
+        del os.environ["TUNEKIT_CACHE"]
+    else:
+        os.environ["TUNEKIT_CACHE"] = old
 
 
 @pytest.fixture(scope="module")

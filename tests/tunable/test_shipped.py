@@ -215,6 +215,26 @@ def test_a_shipped_choice_whose_compile_fails_leaves_the_next_fastest_for_good_w
     assert op.runs["fast"] >= 1 and op.runs["medium"] == 0 and op.runs["ref"] <= 1
 
 
+def test_a_failed_choice_never_builds_a_slow_stand_in(ship, tmp_path):
+    """The choice failed and its next fastest builds slowly (``slow_build``: a child process of seconds on
+    the one stand-in worker, which every op's stand-ins share): not built before, it is passed over for
+    good, even for the final stand-in; the default runs."""
+    x = torch.randn(64)
+    ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
+
+    def prepare(p):
+        raise RuntimeError("quack-kernels is not installed")
+    op = op_whose("medium", prepare)
+    compiled = []
+    slow = type("SlowBuild", (Preparing,), {"slow_build": True})
+    op._by_name["fast"] = slow(op.candidate("fast"), compiling(compiled.append))
+    with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="not installed"):
+        op(ScaleParams(x))
+        op.resolve(ScaleParams(x), finish=True)
+        op(ScaleParams(x))
+    assert compiled == [] and op.runs["fast"] == 0 and op.runs["medium"] == 0 and op.runs["ref"] == 2
+
+
 def test_a_choice_failing_after_the_first_call_leaves_the_stand_in_once_it_is_ready(ship, tmp_path):
     """Later calls (which wait for nothing) meet the failure: the stand-in is prepared then, the default
     runs undecided until it is ready, and then it is the decision, not the default."""

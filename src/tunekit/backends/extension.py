@@ -37,7 +37,8 @@ try:
 except ImportError:  # not POSIX: builders in other processes are not excluded (renames stay atomic)
     fcntl = None
 
-__all__ = ["compiler", "build", "load", "verify", "load_or_reason", "once", "when_loaded_by", "built_at_first_use"]
+__all__ = ["compiler", "build", "load", "verify", "load_or_reason", "once", "when_loaded_by", "built_at_first_use",
+           "exclusive"]
 
 _HASH_SUFFIX = ".sha256"
 
@@ -73,7 +74,7 @@ def build(source: str, module: str, *, cxx: bool = False, flags: tuple[str, ...]
     path = os.path.join(base, f"{module}-{key}{suffix}")
     if not rebuild and verify(path) is None:
         return path
-    with _exclusive(base, module):
+    with exclusive(base, module):
         if not rebuild and verify(path) is None:  # built by whoever held the lock before us
             return path
         _compile(code, source, [*cc.split(), "-O2", "-shared", "-fPIC", f"-I{include}"], list(flags), base, path)
@@ -107,7 +108,7 @@ _thread_locks_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _exclusive(folder, module: str):
+def exclusive(folder, module: str):
     """This process's threads, and other processes, one at a time for ``module`` in ``folder`` (flock on
     ``.<module>.lock`` there). Per module, not per folder: with one lock for the folder, the C launcher's
     1 s build waited behind the C++ extensions' 12-14 s builds on a fresh machine, and every CUDA C

@@ -33,6 +33,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,7 @@ import threading
 
 import torch
 
-from . import cache
+from . import cache, extension
 from ..tunable.preparations import NeedsCompiler, compilers_allowed
 
 __all__ = ["ACTIVATIONS", "unavailable", "version", "major", "spec_for", "kernel_for", "build", "QuackKernel",
@@ -52,8 +53,13 @@ ACTIVATIONS = {"none": None, "relu": "relu", "silu": "silu", "gelu_tanh": "gelu_
 BUILD_TIMEOUT_S = 900
 _BUILDER = pathlib.Path(__file__).with_name("quack_build.py")
 
+#: the runtime libraries a built kernel may name (``libs.json``): the CuTe DSL's and tvm_ffi's
+RUNTIME_LIBRARIES = ("libcute_dsl_runtime.so", "libtvm_ffi.so")
+
 _lock = threading.Lock()
 _kernels: dict[tuple, "QuackKernel"] = {}  # by the tensors' class, configuration and device
+_failed: dict[str, str] = {}  # key -> why its build or load failed in this process (not tried again)
+_children: set = set()
 _libraries: dict[str, ctypes.CDLL] = {}
 
 
@@ -71,7 +77,8 @@ def version() -> str | None:
 
 
 def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    cc = shlex.split(os.environ.get("CC") or "")
+    return shutil.which(cc[0]) if cc else shutil.which("gcc") or shutil.which("cc")
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,21 +135,39 @@ def _root() -> pathlib.Path:
 def _child(root: pathlib.Path, specs: list[dict]) -> tuple[dict, str]:
     """Build ``specs`` in one child process: ({key: its error}, why the child failed where it did)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the parent's imports
+    child = subprocess.Popen([sys.executable, str(_BUILDER), str(root)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with _lock:
+        _children.add(child)
     try:
-        r = subprocess.run([sys.executable, str(_BUILDER), str(root)], input=json.dumps(specs), env=env,
-                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        stdout, stderr = child.communicate(json.dumps(specs), timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
         return {}, f"building took over {BUILD_TIMEOUT_S} s"
+    finally:
+        with _lock:
+            _children.discard(child)
     errors = {}
-    for line in r.stdout.splitlines():  # the builder's lines among whatever quack prints
+    for line in stdout.splitlines():  # the builder's lines among whatever quack prints
         try:
             row = json.loads(line)
         except ValueError:
             continue
         if isinstance(row, dict) and row.get("error"):
             errors[row.get("key")] = row["error"]
-    return errors, \
-        f"no kernel (exit {r.returncode}: {r.stderr.strip()[-600:]})"
+    return errors, f"no kernel (exit {child.returncode}: {stderr.strip()[-600:]})"
+
+
+def _stop_children() -> None:
+    """At exit: a preparation waiting on a child would hold the interpreter's exit for the whole build."""
+    with _lock:
+        for child in _children:
+            child.kill()
+
+
+# before the preparation workers are joined at exit (threading's exit hooks run last registered first)
+threading._register_atexit(_stop_children)
 
 
 def build(specs: list[dict], processes: int = 1) -> None:
@@ -164,23 +189,49 @@ def build(specs: list[dict], processes: int = 1) -> None:
 
 def kernel_for(a, b, bias, activation: str, config: tuple) -> "QuackKernel":
     """The loaded kernel for ``act(a @ b + bias)`` in ``config``: from this process, else from the cache,
-    else built (a child process: seconds). Inside ``preparations.builds_only()`` a kernel not built
-    yet raises NeedsCompiler."""
+    else built (a child process: seconds; one build per kernel across threads and processes). Inside
+    ``preparations.builds_only()`` a kernel not built yet raises NeedsCompiler. A failure is remembered:
+    the process does not build that kernel again."""
     loaded = (a.dtype, major(a), major(b), bias is not None, activation, config, a.device.index)
     kernel = _kernels.get(loaded)  # a call's path: no spec, no hash
     if kernel is not None:
         return kernel
     spec = spec_for(a, b, bias, activation, config)
-    folder = _root() / spec["key"]
-    if not (folder / "kernel.so").exists():  # built outside the lock: configurations build side by side
-        if not compilers_allowed():
-            raise NeedsCompiler("a quack kernel is built by a child process on first use")
-        build([spec])
-    with _lock:
-        kernel = _kernels.get(loaded)
-        if kernel is None:
-            kernel = _kernels[loaded] = QuackKernel(folder)
+    key = spec["key"]
+    if key in _failed:
+        raise RuntimeError(_failed[key])
+    root = _root()
+    if not (root / key / "kernel.so").exists() and not compilers_allowed():
+        raise NeedsCompiler("a quack kernel is built by a child process on first use")
+    try:
+        with extension.exclusive(root, f"quack-{key}"):  # other configurations build side by side
+            kernel = _kernels.get(loaded) or _built_and_loaded(spec, root / key)
+    except cache.UntrustedCache:
+        raise
+    except Exception as exc:
+        if compilers_allowed():  # kept builds only: a later preparation may still build it
+            _failed[key] = f"{type(exc).__name__}: {exc}"
+        raise
+    _kernels[loaded] = kernel
     return kernel
+
+
+def _built_and_loaded(spec: dict, folder: pathlib.Path) -> "QuackKernel":
+    """Under the kernel's lock: built if missing; one rebuild where a kernel built before does not load (a
+    moved environment's library paths, a damaged file), never where it is not private."""
+    if not (folder / "kernel.so").exists():
+        build([spec])
+        return QuackKernel(folder)
+    try:
+        return QuackKernel(folder)
+    except cache.UntrustedCache:
+        raise
+    except Exception:  # noqa: BLE001 - built again once; a second failure raises
+        if not compilers_allowed():
+            raise
+        shutil.rmtree(folder)
+        build([spec])
+        return QuackKernel(folder)
 
 
 def _rebuilder(leaf):
@@ -209,18 +260,24 @@ class QuackKernel:
     on the current stream."""
 
     def __init__(self, folder: pathlib.Path):
-        so = folder / "kernel.so"
-        with open(so, "rb") as f:
-            problem = cache.entry_problem(os.fstat(f.fileno()), so)
+        problem = cache.folder_problem(folder)
+        texts = {}
+        for name in ("kernel.so", "recipe.json", "libs.json"):
+            with open(folder / name, "rb") as f:
+                problem = problem or cache.entry_problem(os.fstat(f.fileno()), folder / name)
+                texts[name] = f.read() if name != "kernel.so" else b""
         if problem:
-            raise cache.UntrustedCache(f"tunekit will not load {so}: {problem}")
+            raise cache.UntrustedCache(f"tunekit will not load the quack kernel in {folder}: {problem}")
+        libs = json.loads(texts["libs.json"])
+        if not all(os.path.basename(lib) in RUNTIME_LIBRARIES for lib in libs):
+            raise ValueError(f"{folder}/libs.json names libraries other than {RUNTIME_LIBRARIES}: {libs}")
+        self._arguments = arguments(json.loads(texts["recipe.json"]))
         import tvm_ffi  # 0.12 s once; quack and the CuTe DSL are never imported here
 
-        for lib in json.loads((folder / "libs.json").read_text()):
+        for lib in libs:
             if os.path.basename(lib) != "libtvm_ffi.so" and lib not in _libraries:  # tvm_ffi loaded its own
                 _libraries[lib] = ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
-        self._fn = tvm_ffi.load_module(str(so))["func"]
-        self._arguments = arguments(json.loads((folder / "recipe.json").read_text()))
+        self._fn = tvm_ffi.load_module(str(folder / "kernel.so"))["func"]
 
     def __call__(self, a, b, bias, out):
         self._fn(*self._arguments({"a": a, "b": b, "bias": bias, "out": out}))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,9 @@ import tempfile
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-_DIM = 1024  # the plan's tensors: quack's kernels take M, N and K at run time
+#: the problems whose launches are recorded (M, N, K): quack's kernels take the sizes at run time, so their
+#: recipes must agree (a size or a pointer recorded as a constant would not)
+SIZES = ((1024, 1024, 1024), (2048, 1536, 512))
 
 
 def _matrix(torch, rows, cols, major, dtype):
@@ -53,7 +56,8 @@ def _describe(value, named):
         return {"v": value}
     if isinstance(value, tuple):
         return {"tuple": [_describe(v, named) for v in value]}
-    for cast in (int, float):  # the DSL's numeric wrappers (Int32, Float32)
+    casts = (float, int) if "float" in type(value).__name__.lower() else (int, float)
+    for cast in casts:  # the DSL's numeric wrappers (Int32, Float32)
         try:
             return {"v": cast(value)}
         except (TypeError, ValueError):
@@ -73,30 +77,44 @@ def _plan_and_recipe(spec, torch):
                         swap_ab=False, device_capacity=9, is_dynamic_persistent=False, use_tma_gather=False)
     epilogue = linear_act_mod(spec["quack_activation"], gated=False, has_c=False, has_rowvec=spec["bias"],
                               has_colvec=False, sr=False, has_alpha=False)
-    a = _matrix(torch, _DIM, _DIM, spec["a_major"], dtype)
-    b = _matrix(torch, _DIM, _DIM, spec["b_major"], dtype)
-    out = torch.empty(_DIM, _DIM, device="cuda", dtype=dtype)
-    bias = torch.randn(_DIM, device="cuda", dtype=dtype) if spec["bias"] else None
-    operands = {} if bias is None else {"mRowVecBroadcast": bias}
-    plan = epilogue.plan(a, b, None, out={"mAuxOut": out}, config=config, **operands)
-    recorded, launch = [], host.launch_gemm
-    host.launch_gemm = lambda _plan, *args: recorded.append(args)  # record, never launch
-    try:
-        plan.run(a, b, None, out={"mAuxOut": out}, **operands)
-    finally:
-        host.launch_gemm = launch
-    named = {"a": a, "b": b, "bias": bias, "out": out}
-    return [_describe(v, named) for v in recorded[0]]
+    plan, recipes = None, []
+    for m, n, k in SIZES:  # one plan serves both: what differs between their recipes is not a constant
+        a = _matrix(torch, m, k, spec["a_major"], dtype)
+        b = _matrix(torch, k, n, spec["b_major"], dtype)
+        out = torch.empty(m, n, device="cuda", dtype=dtype)
+        bias = torch.randn(n, device="cuda", dtype=dtype) if spec["bias"] else None
+        operands = {} if bias is None else {"mRowVecBroadcast": bias}
+        if plan is None:
+            plan = epilogue.plan(a, b, None, out={"mAuxOut": out}, config=config, **operands)
+        recorded, launch = [], host.launch_gemm
+        host.launch_gemm = lambda _plan, *args: recorded.append(args)  # record, never launch
+        try:
+            plan.run(a, b, None, out={"mAuxOut": out}, **operands)
+        finally:
+            host.launch_gemm = launch
+        named = {"a": a, "b": b, "bias": bias, "out": out}
+        recipes.append([_describe(v, named) for v in recorded[0]])
+    if any(r != recipes[0] for r in recipes):
+        raise ValueError(f"the launch's arguments depend on the problem, not only on its class: {recipes}")
+    return recipes[0]
 
 
 def _link(obj: str, so: str, libs: list[str]) -> None:
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or "cc"
-    cmd = [cc, "-shared", "-o", so, obj]
+    cc = shlex.split(os.environ.get("CC") or "") or [shutil.which("gcc") or shutil.which("cc") or "cc"]
+    cmd = [*cc, "-shared", "-o", so, obj]
     for lib in libs:
         cmd += [lib, f"-Wl,-rpath,{os.path.dirname(lib)}"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"linking quack's kernel failed ({' '.join(cmd)}): {r.stderr[-800:]}")
+
+
+def private(folder: str) -> None:
+    """The folder's files readable and writable by this user only, whatever the umask (tunekit's cache
+    refuses to load what others could write: ``backends/cache.py``)."""
+    os.chmod(folder, 0o700)
+    for name in os.listdir(folder):
+        os.chmod(os.path.join(folder, name), 0o600)
 
 
 def build(spec, root: str, torch) -> None:
@@ -122,6 +140,7 @@ def build(spec, root: str, torch) -> None:
         for name, value in (("recipe.json", recipe), ("libs.json", libs)):
             with open(os.path.join(work, name), "w") as f:
                 json.dump(value, f)
+        private(work)
         try:
             os.rename(work, final)
         except OSError:  # another process built it meanwhile

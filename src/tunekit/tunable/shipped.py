@@ -296,13 +296,13 @@ class Preparation:
                                                               options, final)
 
     def _first_runnable(self, options, final: bool = False) -> None:
-        """Prepare the first of ``options`` that supports the params (a Triton one from kept builds only
-        while no Triton choice was prepared, one whose build is slow (``slow_build``: seconds) from kept
-        builds only, unless it is ``final``: the choice failed); it becomes ``stand_in``. All refused:
-        this fails."""
+        """Prepare the first of ``options`` that supports the params; it becomes ``stand_in``. A Triton one
+        loads kept builds only while no Triton choice was prepared, unless ``final`` (the choice failed);
+        one whose build is slow (``slow_build``: seconds on the one stand-in worker) always loads kept
+        builds only. All refused: this fails."""
         problems = []
         for c in options:
-            kept_only = (uses_triton(c) and not _triton_prepared or getattr(c, "slow_build", False)) and not final
+            kept_only = uses_triton(c) and not _triton_prepared and not final or getattr(c, "slow_build", False)
             try:
                 _prepare(c, self.params, True, kept_only)
             except Exception as exc:  # noqa: BLE001 - refused or failed: the next one
