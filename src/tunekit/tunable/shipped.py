@@ -219,7 +219,7 @@ def _note_triton_prepared(future: concurrent.futures.Future) -> None:
 
 def uses_triton(candidate) -> bool:
     """Whether ``candidate`` runs Triton kernels: tunekit's Triton candidates are classes of its
-    ``triton_*`` modules (``tests/tunable/test_shipped.py`` holds every registered candidate to it)."""
+    ``triton_*`` modules (``tests/tunable/test_shipped_preparation.py`` holds every registered candidate to it)."""
     return type(candidate).__module__.rsplit(".", 1)[-1].startswith("triton_")
 
 
