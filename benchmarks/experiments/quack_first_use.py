@@ -41,7 +41,8 @@ def main() -> None:
             torch.cuda.synchronize()
             wall = (time.perf_counter() - t0) * 1e3
             decision = addmm_op.decision(params)
-            name = decision.candidate.name if decision is not None else "(pending: a stand-in or the default runs)"
+            name = decision.candidate.name if decision is not None else \
+                f"(pending: {addmm_op.in_effect(params)[0].name} runs meanwhile)"
             rows.append((time.perf_counter() - start, wall, name))
             if name != last:
                 print(f"t={rows[-1][0]:7.3f} s  call {len(rows):5d}  {wall:8.2f} ms  {name}")
