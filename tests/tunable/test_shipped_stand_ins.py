@@ -1,5 +1,6 @@
 """Stand-ins that would start a compiler: the process's first Triton choice and its stand-in, kept builds
-loaded without Triton, and stand-ins whose build is slow (quack's child process) only when built before."""
+loaded without Triton, stand-ins whose build is slow (quack's child process) only when built before, and
+a stored choice whose build is slow prepared on a worker as a shipped one is."""
 
 import dataclasses
 import threading
@@ -10,6 +11,7 @@ import torch
 
 from tunekit.tunable import context, shipped, tuning
 from tunekit.tunable.preparations import NeedsCompiler, compilers_allowed
+from tunekit.tunable.results import ResultsStore
 
 from fakes import ScaleParams
 from shipped_helpers import Preparing, compiling, op_whose, ship, tuned_entry
@@ -162,3 +164,26 @@ def test_the_stand_in_and_the_choice_prepare_under_the_settings_of_the_call(ship
         assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
     assert seen["stand-in"].margin == 0.07 and seen["choice"].margin == 0.07
     assert seen["stand-in"].use_shipped and seen["choice"].use_shipped
+
+
+def test_a_stored_choice_whose_build_is_slow_prepares_on_a_worker_as_a_shipped_one(tmp_path):
+    """The user's own entry names a candidate whose build takes seconds (quack's child process: its kernel
+    lost from the cache): the first call does not build it; the entry's next fastest runs meanwhile."""
+    x = torch.randn(64)
+    path = tmp_path / "user.sqlite"
+    ResultsStore(path).put(dataclasses.replace(tuned_entry(x, tmp_path), choice="medium"))
+    release = threading.Event()
+    op = op_whose("medium", lambda p: release.wait(30))
+    slow = type("SlowBuild", (Preparing,), {"slow_build": True})
+    op._by_name["medium"] = slow(op.candidate("medium").inner, op.candidate("medium").prepare)
+    try:
+        with tuning(results=path, use_shipped=False, max_tuning_ms=20_000):
+            t0 = time.perf_counter()
+            op(ScaleParams(x))
+            assert time.perf_counter() - t0 < 5.0 and dict(op.runs) == {"fast": 1}
+            release.set()
+            assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
+            op(ScaleParams(x))
+            assert op.runs["medium"] == 1 and "stored result" in op.decision(ScaleParams(x)).why
+    finally:
+        release.set()

@@ -12,7 +12,7 @@ one signature tune once, and tuning runs never overlap each other's timings):
 
 1. a choice already made in this process for the same signature;
 2. a valid stored entry for (op, signature, device), else a shipped one (:mod:`tunekit.tunable.shipped`:
-   prepared on a worker while a stand-in or the default runs);
+   prepared on a worker while a stand-in or the default runs, as a stored choice whose build takes seconds);
 3. tuning on, not capturing a CUDA graph -> a tuning session, spread over calls (its incumbent runs
    meanwhile, from the cache while the session waits for compiles), then the entry is stored;
 4. otherwise the default, recorded as untuned with ``record_untuned`` (nothing cached in graph capture).
@@ -146,8 +146,8 @@ class TunableOp:
 
     def numerics(self, params: OpParams) -> Callable[[tuple, tuple], str | None]:
         """The numerical check for ``params``: ``check(outputs, expected)`` -> None when a candidate's outputs agree
-        with the default's, else why not. By default :func:`numerics.compare` of each output with the op's
-        :meth:`tolerance`; an op may give its own rule (``numerics=``: a GEMM bound that grows with K)."""
+        with the default's, else why not: :func:`numerics.compare` of each output with the op's :meth:`tolerance`,
+        or the op's own rule (``numerics=``: a GEMM bound that grows with K)."""
         if self._numerics is None:
             return compare_all(self.tolerance(params))
         return lambda got, expected: self._numerics(params, got, expected)
@@ -241,7 +241,7 @@ class TunableOp:
             if session is not None:
                 r = self._advance(session, params, s, finish)
             elif (s.cache_id, signature) in self._preparing:
-                r = self._shipped_when_prepared(s, signature, math.inf if finish else 0.0)
+                r = self._when_prepared(s, signature, math.inf if finish else 0.0)
             elif _decider is not None:
                 r = _decider(self, params, s, signature, device, name)
             else:
@@ -252,9 +252,8 @@ class TunableOp:
 
     def decision(self, params: OpParams, s: context.TuningSettings | None = None) -> Resolution | None:
         """What this process decided for ``params``' signature (None: not met, or tuning). Never tunes or runs."""
-        s = s or context.current()
         with TUNING_LOCK:
-            return self._decided.get(s.cache_id, {}).get(params.signature())
+            return self._decided.get((s or context.current()).cache_id, {}).get(params.signature())
 
     def decisions(self, s: context.TuningSettings) -> int:  # signatures decided under s: grows until forget
         return len(self._decided.get(s.cache_id, ()))
@@ -297,18 +296,16 @@ class TunableOp:
                 problems.append(f"chosen candidate {entry.choice} no longer exists")
             if not problems and (entry.complete or not s.tuning or capturing):
                 how = "stored result" if entry.complete else "stored result (incomplete tuning)"
-                return Resolution(self._by_name[entry.choice], how, signature, device_name, entry)
+                r = Resolution(self._by_name[entry.choice], how, signature, device_name, entry)
+                slow = getattr(r.candidate, "slow_build", False) and incremental and not capturing
+                return self._when_prepared(s, signature, s.max_tuning_ms, (r, params)) if slow else r
             stale = "; ".join(problems) if problems else "stored entry is incomplete"
             prior = None if problems else self._by_name[entry.choice]  # what runs while tuning resumes
         shipped_entry = shipped.shipped_entry(self.name, signature, device_name, current) if s.use_shipped else None
         if shipped_entry is not None and shipped_entry.choice in self._by_name:
             why = "shipped result (pre-tuned on this GPU model)" + (f"; stored entry ignored: {stale}" if stale else "")
             r = Resolution(self._by_name[shipped_entry.choice], why, signature, device_name, shipped_entry)
-            if capturing or not incremental:  # prepared in this call, as a stored entry's choice is
-                return r
-            pick = functools.partial(shipped.stand_in, shipped_entry, self._by_name, self.default, s.margin)
-            self._preparing[(s.cache_id, signature)] = shipped.Preparation(r, params, pick)
-            return self._shipped_when_prepared(s, signature, s.max_tuning_ms)
+            return r if capturing or not incremental else self._when_prepared(s, signature, s.max_tuning_ms, (r, params))
         if capturing or not s.tuning:
             if s.record_untuned:
                 try:
@@ -325,10 +322,13 @@ class TunableOp:
             self._sessions[(s.cache_id, signature)] = session
         return self._advance(session, params, s, finish=not incremental)
 
-    def _shipped_when_prepared(self, s, signature: str, wait_ms: float) -> Resolution:
-        """The shipped choice once its preparation is done (waiting at most ``wait_ms``: the first
-        call the tuning budget, later calls not at all); until then a ready stand-in or the default,
-        decided again next call; for good the stand-in (else the default) if the preparation failed."""
+    def _when_prepared(self, s, signature: str, wait_ms: float, start: tuple | None = None) -> Resolution:
+        """The choice prepared on a worker (``start``: its Resolution and params, to begin) once ready, waiting at
+        most ``wait_ms`` (the first call the budget, later calls not at all); meanwhile the entry's next fastest
+        ready or the default, decided again next call; if it failed, that stand-in (else the default) for good."""
+        if start is not None:
+            pick = functools.partial(shipped.stand_in, start[0].entry, self._by_name, self.default, s.margin)
+            self._preparing[(s.cache_id, signature)] = shipped.Preparation(*start, pick)
         r = self._preparing[(s.cache_id, signature)].resolution
         problem, meanwhile = self._preparing[(s.cache_id, signature)].wait(wait_ms)
         runs = f"{meanwhile.name} (timed next fastest) runs" if meanwhile else "the default runs"
@@ -338,7 +338,7 @@ class TunableOp:
         del self._preparing[(s.cache_id, signature)]
         if problem is None:
             return r
-        why = f"the shipped choice {r.candidate.name} could not be prepared ({problem}): {runs}"
+        why = f"the {r.why.split(' ')[0]} choice {r.candidate.name} could not be prepared ({problem}): {runs}"
         warnings.warn(f"tunekit: {self.name} {signature}: {why}", TunekitWarning, stacklevel=5)
         return Resolution(meanwhile or self.default, why, signature, r.device)
 
