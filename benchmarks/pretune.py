@@ -107,10 +107,11 @@ def bundle_only(families, device, target: Path) -> int:
     except ImportError:
         triton_version = None
     bundle = shipped_kernels.bundle_for(target)
-    cubins, kernels, kept = shipped_kernels.write_bundle(bundle, cache_dir("cubin"), triton_dir, triton_version,
-                                                         cache_dir(triton_kept_files.STATIC_DIR_KIND))
-    print(f"wrote {bundle}: {cubins} cubins, {kernels} Triton kernels, {kept} kept Triton launches "
-          f"({bundle.stat().st_size / 1e3:.0f} kB)")
+    cubins, kernels, kept, quacks = shipped_kernels.write_bundle(
+        bundle, cache_dir("cubin"), triton_dir, triton_version, cache_dir(triton_kept_files.STATIC_DIR_KIND),
+        cache_dir("quack"))
+    print(f"wrote {bundle}: {cubins} cubins, {kernels} Triton kernels, {kept} kept Triton launches, {quacks} quack "
+          f"kernels ({bundle.stat().st_size / 1e3:.0f} kB)")
     return 0
 
 

@@ -114,3 +114,26 @@ def test_a_worker_allocates_in_a_preparation_while_the_user_captures():
     x, y, allocated = captured(lambda: preparer().submit(prepare).result(timeout=60))
     torch.testing.assert_close(y, x * 2 + 1)
     assert allocated == size
+
+
+@pytest.mark.parametrize("family", ["gemm", "elementwise"])
+def test_the_checks_warm_up_runs_on_a_worker_while_the_user_captures(monkeypatch, family):
+    """An online session runs the op's warm_numerics (thread_context.off_thread: its kernel loads, allocations,
+    launches and syncs) on a preparation worker, a user's capture running or not. Run plainly on a worker, its
+    launches and syncs broke the capture (H100, f3a9e6c)."""
+    from tunekit.ops.gemm import numerics as gemm_numerics
+    from tunekit.ops.gemm import GemmParams, mm_op
+    from tunekit.ops.silu import SiluParams, silu_op
+    from tunekit.tunable import numerics
+
+    x = torch.randn(257, 129, device="cuda", dtype=torch.bfloat16)
+    if family == "gemm":
+        monkeypatch.setattr(gemm_numerics, "_warmed", set())  # a fresh process: the check's kernels not run yet
+        warm, params, warmed = mm_op.warm_numerics, GemmParams(x, x.t(), activation="gelu"), gemm_numerics._warmed
+    else:
+        monkeypatch.setattr(numerics, "_warmed", set())
+        warm, params, warmed = silu_op.warm_numerics, SiluParams(x), numerics._warmed
+    assert warm.off_thread(params)
+    graph_in, graph_out, _ = captured(lambda: preparer().submit(warm, params).result(timeout=120))
+    torch.testing.assert_close(graph_out, graph_in * 2 + 1)
+    assert len(warmed) == 1

@@ -94,7 +94,7 @@ def test_a_bundle_holds_the_cubins_a_fresh_cache_built(pretuned, tmp_path):
     cubins = tmp_path / "cache" / "cubin"
     (only,) = cubins.glob("*.cubin")
     out = pretuned / "GPU.kernels.zip"
-    assert shipped_kernels.write_bundle(out, cubins, None, None) == (1, 0, 0)
+    assert shipped_kernels.write_bundle(out, cubins, None, None) == (1, 0, 0, 0)
     assert shipped_kernels.shipped_cubin(only.name) == only.read_bytes()
     assert shipped_kernels.bundle_for(pretuned / "GPU.csv") == out
 

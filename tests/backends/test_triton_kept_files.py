@@ -72,7 +72,7 @@ def test_a_shipped_bundle_serves_kept_files_unless_shipped_builds_are_off(tmp_pa
     recipe, image = kept_pair(b"shipped")
     (kept / "s.kernel").write_bytes(recipe.to_json().encode())
     (kept / f"{recipe.cubin}.cubin").write_bytes(image)
-    assert shipped_kernels.write_bundle(pretuned / "GPU.kernels.zip", tmp_path / "none", None, None, kept) == (0, 0, 2)
+    assert shipped_kernels.write_bundle(pretuned / "GPU.kernels.zip", tmp_path / "none", None, None, kept) == (0, 0, 2, 0)
     assert sorted(zipfile.ZipFile(pretuned / "GPU.kernels.zip").namelist()) == sorted(
         ["static/s.kernel", f"static/{recipe.cubin}.cubin"])
     monkeypatch.setattr(shipped_kernels, "PRETUNED_DIR", pretuned)

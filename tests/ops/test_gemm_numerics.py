@@ -187,17 +187,17 @@ def test_tuning_the_mm_op_rejects_a_broken_triton_candidate(monkeypatch):
 
 
 def test_the_warm_up_runs_the_check_once_per_dtype_device_and_activation(monkeypatch):
-    """warm_reference (the op's warm_numerics: run where the budget is paused) checks a small problem of
-    the params' kind, so that the first signature's check does not pay the kernels' first load."""
+    """warm_reference (the op's warm_numerics: off the budget, on a worker thread online) checks a small problem
+    of the params' kind, so that the first signature's check does not pay the kernels' first load."""
     from tunekit.ops.gemm import numerics
     from tunekit.ops.gemm.op import addmm_op, mm_op
 
-    assert mm_op.warm_numerics is numerics.warm_reference and addmm_op.warm_numerics is numerics.warm_reference
+    assert mm_op.warm_numerics.__wrapped__ is numerics.warm_reference is addmm_op.warm_numerics.__wrapped__
+    assert mm_op.warm_numerics.off_thread(p := GemmParams(torch.randn(3, 5), torch.randn(5, 7))) is False  # CPU: no
     monkeypatch.setattr(numerics, "_warmed", set())
     seen = []
     check = numerics.check_gemm
     monkeypatch.setattr(numerics, "check_gemm", lambda p, got, expected: seen.append(p) or check(p, got, expected))
-    p = GemmParams(torch.randn(3, 5), torch.randn(5, 7))
     numerics.warm_reference(p)
     assert seen == []  # the CPU loads no kernel lazily: nothing to warm
     monkeypatch.setattr(numerics, "_loads_kernels_lazily", lambda device: True)  # as CUDA does

@@ -18,6 +18,12 @@ kernel serves every shape of its class (dtype, operand majors, bias, activation,
 kernels take M, N and K at run time. The key holds the versions of quack, the CuTe DSL and tvm_ffi,
 and the GPU model (the launch's cluster count).
 
+A kernel built for a shipped choice travels in the GPU model's kernels bundle (``shipped_kernels.py``): where
+its key matches (the same versions, GPU model, Python and builder), it is unpacked into the cache instead of
+built, so the shipped choice runs from a process's first call instead of after a child's 15-20 s build. Its
+``libs.json`` names the runtime libraries where they lay on the machine that built it; a path that does not
+exist here is looked up by name among the installed packages' files (the key pins their versions).
+
 Optional: ``pip install quack-kernels`` (it brings ``nvidia-cutlass-dsl`` and ``apache-tvm-ffi``), a C
 compiler for the link; without them, or off compute capability 9.0, :func:`unavailable` says why.
 """
@@ -37,11 +43,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 import torch
 
-from . import cache, extension
+from . import cache, extension, shipped_kernels
 from ..tunable.preparations import NeedsCompiler, compilers_allowed
 
 __all__ = ["ACTIVATIONS", "unavailable", "version", "major", "spec_for", "kernel_for", "build", "QuackKernel",
@@ -55,6 +62,11 @@ _BUILDER = pathlib.Path(__file__).with_name("quack_build.py")
 
 #: the runtime libraries a built kernel may name (``libs.json``): the CuTe DSL's and tvm_ffi's
 RUNTIME_LIBRARIES = ("libcute_dsl_runtime.so", "libtvm_ffi.so")
+#: the distributions whose files hold them (the CuTe DSL's libraries come in per-CUDA packages)
+_LIBRARY_DISTRIBUTIONS = ("nvidia-cutlass-dsl-libs-cu13", "nvidia-cutlass-dsl-libs-cu12", "nvidia-cutlass-dsl",
+                          "apache-tvm-ffi")
+#: a built kernel's files, as its folder and the kernels bundle hold them
+KERNEL_FILES = ("kernel.so", "recipe.json", "libs.json")
 
 _lock = threading.Lock()
 _kernels: dict[tuple, "QuackKernel"] = {}  # by the tensors' class, configuration and device
@@ -201,7 +213,7 @@ def kernel_for(a, b, bias, activation: str, config: tuple) -> "QuackKernel":
     if key in _failed:
         raise RuntimeError(_failed[key])
     root = _root()
-    if not (root / key / "kernel.so").exists() and not compilers_allowed():
+    if not (root / key / "kernel.so").exists() and not compilers_allowed() and shipped_kernels.shipped_quack(key) is None:
         raise NeedsCompiler("a quack kernel is built by a child process on first use")
     try:
         with extension.exclusive(root, f"quack-{key}"):  # other configurations build side by side
@@ -217,9 +229,9 @@ def kernel_for(a, b, bias, activation: str, config: tuple) -> "QuackKernel":
 
 
 def _built_and_loaded(spec: dict, folder: pathlib.Path) -> "QuackKernel":
-    """Under the kernel's lock: built if missing; one rebuild where a kernel built before does not load (a
-    moved environment's library paths, a damaged file), never where it is not private."""
-    if not (folder / "kernel.so").exists():
+    """Under the kernel's lock: unpacked from the kernels bundle, else built, if missing; one rebuild where a kernel
+    built or shipped before does not load (a damaged file, another machine's build), never where it is not private."""
+    if not (folder / "kernel.so").exists() and not _unpacked(spec["key"], folder):
         build([spec])
         return QuackKernel(folder)
     try:
@@ -232,6 +244,52 @@ def _built_and_loaded(spec: dict, folder: pathlib.Path) -> "QuackKernel":
         shutil.rmtree(folder)
         build([spec])
         return QuackKernel(folder)
+
+
+def _unpacked(key: str, folder: pathlib.Path) -> bool:
+    """The bundle's build of kernel ``key`` written into ``folder`` (private files, renamed into place); False
+    where the bundle has none."""
+    files = shipped_kernels.shipped_quack(key)
+    if files is None:
+        return False
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))  # mode 0o700
+    try:
+        for name in KERNEL_FILES:
+            fd = os.open(work / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), 0o600)  # whatever the umask
+                f.write(files[name])
+        if folder.exists():  # a build that ended half-way: no kernel.so (the caller looked, under the kernel's lock)
+            shutil.rmtree(folder)
+        os.rename(work, folder)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _installed_libraries() -> dict[str, str]:
+    """Each of RUNTIME_LIBRARIES found among the installed packages' files (not their stubs), by file name."""
+    found = {}
+    for dist in _LIBRARY_DISTRIBUTIONS:
+        try:
+            files = importlib.metadata.distribution(dist).files or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for f in files:
+            if f.name in RUNTIME_LIBRARIES and "stubs" not in f.parts and f.name not in found:
+                found[f.name] = str(f.locate())
+    return found
+
+
+def _library(recorded: str) -> str:
+    """A runtime library ``libs.json`` names: where the build found it, else the installed packages' file."""
+    if os.path.isfile(recorded):
+        return recorded
+    here = _installed_libraries().get(os.path.basename(recorded))
+    if here is None:
+        raise FileNotFoundError(f"{os.path.basename(recorded)} is not among the installed packages' files")
+    return here
 
 
 def _rebuilder(leaf):
@@ -274,9 +332,9 @@ class QuackKernel:
         self._arguments = arguments(json.loads(texts["recipe.json"]))
         import tvm_ffi  # 0.12 s once; quack and the CuTe DSL are never imported here
 
-        for lib in libs:
+        for lib in libs:  # kernel.so names them by soname: loaded first, they are the ones it binds to
             if os.path.basename(lib) != "libtvm_ffi.so" and lib not in _libraries:  # tvm_ffi loaded its own
-                _libraries[lib] = ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                _libraries[lib] = ctypes.CDLL(_library(lib), mode=ctypes.RTLD_GLOBAL)
         self._fn = tvm_ffi.load_module(str(folder / "kernel.so"))["func"]
 
     def __call__(self, a, b, bias, out):

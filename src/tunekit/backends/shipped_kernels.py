@@ -18,7 +18,11 @@ the chosen candidates: ``tunekit/pretuned/<GPU model>.kernels.zip`` holding
 - ``static/<key>.kernel`` and ``static/<sha256>.cubin``: the same Triton kernels as
   :mod:`tunekit.backends.triton_static` keeps them (launch recipes under names that hash the call's
   key, Triton's version, the architecture and the kernels' text; cubins under their content's
-  hash), which launch without importing Triton.
+  hash), which launch without importing Triton;
+- ``quack/<key>/kernel.so``, ``recipe.json``, ``libs.json``: quack's kernels as :mod:`tunekit.backends.quack`
+  builds them (a child process, 15-20 s each), under the key that hashes their spec and the versions of
+  quack, the CuTe DSL and tvm_ffi, the GPU model, Python's version and the builder's source: used exactly
+  where that build would run.
 
 Neither changes what runs, only when it is ready; a kernel with no shipped build compiles as before.
 Off, as the shipped results are, with ``TUNEKIT_USE_SHIPPED=0``. Trust: the files are part of the
@@ -36,8 +40,8 @@ import zlib
 
 from .cache import warn_once
 
-__all__ = ["PRETUNED_DIR", "enabled", "shipped_cubin", "shipped_static", "seed_triton_cache", "write_bundle",
-           "bundle_for", "forget"]
+__all__ = ["PRETUNED_DIR", "enabled", "shipped_cubin", "shipped_static", "shipped_quack", "seed_triton_cache",
+           "write_bundle", "bundle_for", "forget"]
 
 PRETUNED_DIR = pathlib.Path(__file__).resolve().parents[1] / "pretuned"
 _SUFFIX = ".kernels.zip"
@@ -165,6 +169,22 @@ def shipped_static(member: str, directory: pathlib.Path | None = None) -> bytes 
     return _read(PRETUNED_DIR if directory is None else directory, member)
 
 
+#: a quack kernel's files (backends/quack.py's KERNEL_FILES; not imported: quack.py imports this module)
+_QUACK_FILES = ("kernel.so", "recipe.json", "libs.json")
+
+
+def shipped_quack(key: str, directory: pathlib.Path | None = None) -> dict[str, bytes] | None:
+    """The shipped files of quack kernel ``key`` ({file name: bytes}), or None (not all of them, not an ELF
+    library, or shipped builds off)."""
+    if not enabled():
+        return None
+    directory = PRETUNED_DIR if directory is None else directory
+    files = {name: _read(directory, f"quack/{key}/{name}") for name in _QUACK_FILES}
+    if any(data is None for data in files.values()) or files["kernel.so"][:4] != b"\x7fELF":
+        return None
+    return files
+
+
 _seeded: dict[pathlib.Path, int] = {}
 _seed_lock = threading.Lock()
 
@@ -215,13 +235,16 @@ def _seed(directory: pathlib.Path) -> int:
 
 
 def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathlib.Path | None,
-                 triton_version: str | None, static_dir: pathlib.Path | None = None) -> tuple[int, int, int]:
-    """Write the bundle ``path`` from a fresh cubin cache folder, a fresh Triton cache folder and a
-    fresh folder of kept Triton kernels (the builds of the shipped choices only); (cubins, Triton
-    kernels, kept files: recipes and their cubins) written. Triton's launcher libraries and intermediate files are left out:
-    only kernels' metadata and binaries travel."""
+                 triton_version: str | None, static_dir: pathlib.Path | None = None,
+                 quack_dir: pathlib.Path | None = None) -> tuple[int, int, int, int]:
+    """Write the bundle ``path`` from a fresh cubin cache folder, a fresh Triton cache folder, a
+    fresh folder of kept Triton kernels and a fresh quack cache folder (the builds of the shipped choices only);
+    (cubins, Triton kernels, kept files: recipes and their cubins, quack kernels) written. Triton's launcher
+    libraries and intermediate files are left out: only kernels' metadata and binaries travel."""
     cubins = sorted(cubin_dir.glob("*.cubin")) if cubin_dir.is_dir() else []
     kept = sorted([*static_dir.glob("*.kernel"), *static_dir.glob("*.cubin")]) if static_dir and static_dir.is_dir() else []
+    quacks = sorted(d for d in quack_dir.iterdir() if all((d / n).is_file() for n in _QUACK_FILES)) \
+        if quack_dir is not None and quack_dir.is_dir() else []
     kernels = []
     if triton_dir is not None and triton_dir.is_dir():
         for meta in sorted(triton_dir.glob("*/*.json")):
@@ -239,10 +262,13 @@ def write_bundle(path: pathlib.Path, cubin_dir: pathlib.Path, triton_dir: pathli
             z.writestr("triton/VERSION", str(triton_version))
         for f in kept:
             z.write(f, f"static/{f.name}")
+        for folder in quacks:
+            for name in _QUACK_FILES:
+                z.write(folder / name, f"quack/{folder.name}/{name}")
     forget()  # this process's handle on the old file first (replacing an open file fails on Windows)
     tmp.replace(path)
     forget()
-    return len(cubins), len(kernels), len(kept)
+    return len(cubins), len(kernels), len(kept), len(quacks)
 
 
 if hasattr(os, "register_at_fork"):

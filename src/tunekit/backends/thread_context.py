@@ -16,6 +16,12 @@ or not, and while any thread captures a CUDA graph in the default (global) mode 
 such calls and invalidate the capture. On the H100 an allocation from a worker did
 (``benchmarks/experiments/capture_module_load.py``); module loads did not, but the API names them
 among the calls a capture may forbid, so they are guarded too.
+
+:func:`off_thread` makes a function of an op's params (the numerical check's warm-up: kernel loads,
+launches, allocations, syncs) safe on a worker thread: RELAXED, and on a stream of its own. Run on a
+worker plainly (the thread's default stream, the default capture mode), its launches and syncs broke a
+CUDA graph the user's thread was capturing (H100, f3a9e6c): the warm-up then went back into a call,
+where its 0.2-0.5 s stalled the call that met the first check (``gemm_stall_trace-before-*``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import torch
 from .device import current_device
 from .driver import check, libcuda
 
-__all__ = ["bind", "launch_hook", "capture_relaxed"]
+__all__ = ["bind", "launch_hook", "capture_relaxed", "off_thread"]
 
 #: CUstreamCaptureMode (cuda.h): a thread in RELAXED mode may make calls a capture forbids (loads,
 #: allocations) while a stream is captured, in this thread or another
@@ -88,3 +94,26 @@ def capture_relaxed():
         yield
     finally:
         driver.cuThreadExchangeStreamCaptureMode(before)
+
+
+def off_thread(fn):
+    """``fn(params)`` made safe on a worker thread while any thread may capture a CUDA graph: for CUDA params,
+    the device's context bound, the thread RELAXED (:func:`capture_relaxed`) and ``fn`` on a non-blocking stream
+    of its own, synchronized before returning (what ``fn`` loads and runs has ended). The wrapper's ``off_thread(params)``
+    tells the tuning session where that is worth a worker (CUDA: kernels load lazily; elsewhere there is nothing to
+    load); the session then runs it on a preparation worker (``tunable/session.py``)."""
+    @functools.wraps(fn)
+    def run(params):
+        device = params.device
+        if device.type != "cuda":
+            return fn(params)
+        bind(device.index)
+        with torch.cuda.device(device), capture_relaxed():
+            side = torch.cuda.Stream(device)  # torch's pool: created non-blocking
+            with torch.cuda.stream(side):
+                result = fn(params)
+            side.synchronize()
+        return result
+
+    run.off_thread = lambda params: params.device.type == "cuda"
+    return run

@@ -105,6 +105,11 @@ class Preparations:
         future = self._futures.get(name)
         return future is None or future.done()
 
+    def succeeded(self, name: str) -> bool:
+        """Whether ``name``'s preparation ran and returned (not cancelled, not failed, not pending)."""
+        future = self._futures.get(name)
+        return future is not None and future.done() and not future.cancelled() and future.exception() is None
+
     def first_pending(self) -> Future | None:
         return next((f for f in self._futures.values() if not f.done()), None)
 

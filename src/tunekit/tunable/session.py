@@ -28,7 +28,9 @@ sets that keep timed runs cold in L2, and each candidate's captured measurement;
 it ends. Budget: ``max_tuning_ms`` of the calling thread's time inside :meth:`advance`, waits for
 background preparation excluded, and so are the support screen (its first run imports the backends:
 0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the check's first kernels load in
-0.15-0.25 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with.
+0.15-0.5 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with. An
+online session runs a warm-up made safe off the caller's thread (``thread_context.off_thread``) on a
+preparation worker, first, and checks nothing until it ended: in a call it stalled that call 0.2-0.5 s.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ STEP_SLACK = 0.05
 #: algorithms) may spend only the rest before them (without it, 4097 x 4095 x 4096 froze on cuBLAS, 6.5x slower)
 PREPARED_RESERVE = 0.5
 _WAIT = object()  # yielded when every remaining check waits for a background preparation
+#: the preparation that runs the op's warm_numerics on a worker (not a candidate's name)
+WARM_UP = "(numerical check's warm-up)"
 
 
 @dataclass
@@ -218,8 +222,15 @@ class TuningSession:
                     continue
                 self._to_prepare.append((c.name, prepare))
             supported.append(c)
+        if supported and self._warms_off_thread():  # before the compiles: a worker for it first
+            self.preparations.start(WARM_UP, self.op.warm_numerics, self.trial)
         self._start_preparations(lambda name: not self._floor(name))  # the rest once the default's probe tells
         return supported
+
+    def _warms_off_thread(self) -> bool:
+        """An online session's warm-up that says it is safe and worth running on a worker for these params."""
+        worth = getattr(self.op.warm_numerics, "off_thread", None)  # thread_context.off_thread's wrapper
+        return self.background and self.settings.numerical_check and worth is not None and worth(self.trial)
 
     def _start_preparations(self, which=lambda name: True) -> None:
         for name, prepare in self._to_prepare:
@@ -266,7 +277,7 @@ class TuningSession:
                     self.preparations.cancel(c.name)
                 return
             self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
-            c = self._next_to_check(pending)
+            c = self._next_to_check(pending) if self.preparations.ready(WARM_UP) else None
             if c is None:
                 yield _WAIT
                 continue
@@ -288,11 +299,12 @@ class TuningSession:
             yield
 
     def _warm_numerics(self) -> None:
-        """Before the first check only (a session that checks nothing pays nothing), off the budget,
-        in the call: on a worker thread its launches broke a CUDA graph the user's thread captured."""
-        if self.agree is not None and self.op.warm_numerics is not None:
-            with self.budget.paused():
-                self.op.warm_numerics(self.trial)
+        """Before the first check only (a session that checks nothing pays nothing), off the budget: done on a
+        worker already (:meth:`_warms_off_thread`), else in the call (again there if it failed on the worker)."""
+        if self.agree is None or self.op.warm_numerics is None or self.preparations.succeeded(WARM_UP):
+            return
+        with self.budget.paused():
+            self.op.warm_numerics(self.trial)
 
     def _next_to_check(self, pending):
         """The first ready candidate; one with nothing to compile waits while others compile and the budget

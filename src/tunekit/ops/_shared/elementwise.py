@@ -19,7 +19,9 @@ from .cuda_elementwise import cuda_candidates
 from .grad_call import recorder_slot
 from .triton_elementwise import TritonElementwise
 from ...backends.fast_call import make_fast_call
+from ...backends.thread_context import off_thread
 from ...tunable.config import Config
+from ...tunable.numerics import warm_compare
 from ...tunable.params import OpParams, tensor_key, tensor_signature
 from ...tunable.tunable_op import TunableOp
 
@@ -121,4 +123,6 @@ def elementwise_op(name: str, params_type: type[OpParams], grad_kind: str | None
     "gelu"), tensors requiring grad too, once torch's node can be recorded (``grad_call.py``)."""
     fast_calls = make_fast_call if grad_kind is None else functools.partial(make_fast_call,
                                                                             recorder=recorder_slot(grad_kind))
-    return TunableOp(name, params_type, fast_calls=fast_calls, **options)
+    op = TunableOp(name, params_type, fast_calls=fast_calls, **options)
+    op.warm_numerics = off_thread(warm_compare)  # the check's first kernel loads: on a worker, not in a call
+    return op

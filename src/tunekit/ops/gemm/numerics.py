@@ -128,7 +128,7 @@ def _loads_kernels_lazily(device: torch.device) -> bool:
 
 def warm_reference(p) -> None:
     """The check once on a small problem of ``p``'s dtype, device and activation, once per process
-    (``TunableOp.warm_numerics``: run where the tuning budget is paused). Why: the first float64 GEMM and
+    (``TunableOp.warm_numerics``: off the tuning budget, on a worker in an online session). Why: the first float64 GEMM and
     elementwise kernels a process runs take their load time, 230 ms on the H100, which the first GEMM
     signature's 200 ms budget paid before, and it froze on cuBLAS; after the warm-up, a check costs
     what it computes (1-6 ms at 4096 x 6144 x 4096). Nothing on the CPU: no kernel loads lazily there, and
@@ -137,8 +137,9 @@ def warm_reference(p) -> None:
     key = (a.device, a.dtype, p.activation)
     if key in _warmed or not _loads_kernels_lazily(a.device):
         return
-    generator = torch.Generator(device=a.device).manual_seed(0)  # the user's random stream stays untouched
-    x = torch.randn(WARM_SIZE, WARM_SIZE, dtype=a.dtype, device=a.device, generator=generator)
+    # no random numbers: the user's random stream stays untouched, and no generator is made on the worker
+    # thread that runs this (thread_context.off_thread) while the user's may capture a graph
+    x = ((torch.arange(WARM_SIZE * WARM_SIZE, device=a.device) % 17 - 8) / 8).to(a.dtype).reshape(WARM_SIZE, WARM_SIZE)
     small = GemmParams(x, x, activation=p.activation)
     result = x @ x  # Tensor.__matmul__: never a patched torch.matmul
     check_gemm(small, (result,), (result,))

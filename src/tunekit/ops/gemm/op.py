@@ -25,6 +25,7 @@ from .quack_candidates import quack_candidates
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
 from .triton_wrapped import wrapped_candidates
+from ...backends.thread_context import off_thread
 from ...tunable.registry import register
 from ...tunable.shipped import uses_triton
 from ...tunable.tunable_op import TunableOp
@@ -153,4 +154,4 @@ for _op in (mm_op, addmm_op):
     _op.online_preparations = ONLINE_PREPARATIONS
     _op.challenger_host_ms = CHALLENGER_HOST_MS
     _op.challenger_floor = challenger_floor
-    _op.warm_numerics = warm_reference  # the check's first float64 kernels: not a signature's budget
+    _op.warm_numerics = off_thread(warm_reference)  # the check's first float64 kernels: on a worker, not a call

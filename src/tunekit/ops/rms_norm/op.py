@@ -12,8 +12,10 @@ from .triton_candidates import triton_rms_norm_backward_candidates, triton_rms_n
 from .._shared.arguments import computes, traced_computes
 from .._shared.custom_ops import contiguous, save_inputs, tunekit_ops
 from ...tunable import context
+from ...backends.thread_context import off_thread
 from ...tunable.context import captured, inherited
 from ...tunable.registry import register
+from ...tunable.numerics import warm_compare
 from ...tunable.tunable_op import TunableOp
 
 __all__ = ["rms_norm", "rms_norm_backward", "RmsNormFunction", "rms_norm_op", "rms_norm_backward_op",
@@ -72,6 +74,7 @@ CHALLENGER_HOST_MS = 0.150
 rms_norm_op = register(TunableOp("rms_norm", RmsNormParams, make_example=make_example))
 rms_norm_op.challenger_host_ms = CHALLENGER_HOST_MS
 _torch_candidate = rms_norm_op.add(torch_rms_norm, default=True)
+rms_norm_op.warm_numerics = off_thread(warm_compare)  # the check's first kernel loads: on a worker
 for _c in triton_rms_norm_candidates():
     rms_norm_op.add(_c)
 
@@ -110,6 +113,7 @@ def make_backward_example(shape, dtype=torch.float32, device="cpu") -> RmsNormBa
 rms_norm_backward_op = register(TunableOp("rms_norm_backward", RmsNormBackwardParams,
                                           make_example=make_backward_example))
 rms_norm_backward_op.add(torch_rms_norm_backward, default=True)
+rms_norm_backward_op.warm_numerics = rms_norm_op.warm_numerics
 for _c in triton_rms_norm_backward_candidates():
     rms_norm_backward_op.add(_c)
 

@@ -1,0 +1,149 @@
+"""The numerical check's warm-up in a tuning session (tunable/session.py): the op's ``warm_numerics`` (the
+check's first kernel loads: 0.2-0.5 s once per process on the H100) is never charged to the budget. An online
+session runs a warm-up made safe off the caller's thread (``backends/thread_context.off_thread``: its
+``off_thread(params)`` says where that is worth a worker) on a preparation worker, started before any
+compile, and checks no candidate until it ended; otherwise, or if it failed there, the warm-up runs in the call."""
+
+import threading
+
+import pytest
+import torch
+
+from tunekit.tunable import session, tuning
+from tunekit.tunable.find_fastest import find_fastest
+
+from fakes import ScaleParams
+from test_session import compiled_on_release, fresh_op, wait_until
+
+
+def off_thread_warm_up(threads: list, fail_first: bool = False):
+    """A warm_numerics marked safe off the caller's thread that blocks until the returned Event is set;
+    ``threads`` gets the thread of each run; with ``fail_first`` its first run raises."""
+    release = threading.Event()
+
+    def warm(params):
+        threads.append(threading.current_thread())
+        if fail_first and len(threads) == 1:
+            raise RuntimeError("the warm-up failed on the worker")
+        release.wait(timeout=30)
+
+    warm.off_thread = lambda params: True
+    return warm, release
+
+
+def resolve_until_decided(op, x, calls: int = 200):
+    for _ in range(calls):
+        r = op.resolve(ScaleParams(x))
+        if r.cache:
+            return r
+    return r
+
+
+def test_the_numerical_checks_warm_up_is_not_charged_to_the_budget():
+    """Charged, the GEMM check's warm-up (230 ms on the H100) spent the first signature's 200 ms."""
+    op, clock = fresh_op({"ref": 4.0, "fast": 1.0})
+    warmed = []
+    op.warm_numerics = lambda p: warmed.append(p) or clock.advance(1000.0)
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+    assert len(warmed) == 1 and report.choice == "fast" and report.complete, report.candidates
+    assert report.tuning_ms < 100.0
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf"), numerical_check=False) as s:
+        find_fastest(op, ScaleParams(x), s, clock=clock)
+    assert len(warmed) == 1  # no check, nothing to warm
+    alone, clock = fresh_op({"ref": 4.0, "slow": 9.0}, behaviours={"slow": "unsupported"})
+    alone.warm_numerics = lambda p: warmed.append(p) or clock.advance(1000.0)
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf")) as s:
+        find_fastest(alone, ScaleParams(x), s, clock=clock)
+    assert len(warmed) == 1  # only the default can run: nothing is checked, nothing warmed
+
+
+def test_an_online_sessions_warm_up_runs_on_a_worker_and_no_candidate_is_checked_before_it_ended():
+    """In a call it stalled that call 0.2-0.5 s (gemm_stall_trace-before-*); on a worker, the calls meanwhile run
+    the default and return, the session parked; once it ended, the challenger is checked and chosen."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    threads = []
+    op.warm_numerics, release = off_thread_warm_up(threads)
+    x = torch.randn(64)
+    try:
+        with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+            for _ in range(5):
+                assert op.resolve(ScaleParams(x)).candidate.name == "ref"
+            wait_until(lambda: threads)
+            under_way = next(iter(op._sessions.values()))
+            assert op.runs["fast"] == 0 and under_way.parked()  # nothing checked: calls run the default alone
+            assert threads[0] is not threading.current_thread()
+            release.set()
+            wait_until(lambda: under_way.preparations.succeeded(session.WARM_UP))
+            r = resolve_until_decided(op, x)
+    finally:
+        release.set()  # a failed assertion must not leave the worker blocked for the next tests
+    assert r.candidate.name == "fast" and len(threads) == 1, (r.why, threads)
+
+
+def test_the_warm_up_starts_before_the_compiles():
+    """One worker on a 2-core host: queued behind the candidates' compiles, the first check would wait for all."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    compiled, prepared = compiled_on_release(op, "fast")
+    threads = []
+    op.warm_numerics, release = off_thread_warm_up(threads)
+    x = torch.randn(64)
+    try:
+        with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+            op.resolve(ScaleParams(x))
+            under_way = next(iter(op._sessions.values()))
+            assert list(under_way.preparations._futures) == [session.WARM_UP, "fast"]
+            release.set()
+            compiled.set()
+            wait_until(lambda: prepared)
+            r = resolve_until_decided(op, x)
+    finally:
+        release.set()
+        compiled.set()
+    assert r.candidate.name == "fast", r.why
+
+
+def test_a_warm_up_that_failed_on_the_worker_runs_again_in_the_call_before_the_first_check():
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    threads = []
+    op.warm_numerics, release = off_thread_warm_up(threads, fail_first=True)
+    release.set()
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+        op.resolve(ScaleParams(x))
+        wait_until(lambda: threads)
+        r = resolve_until_decided(op, x)
+    assert r.candidate.name == "fast", r.why
+    assert len(threads) == 2 and threads[0] is not threading.current_thread() and threads[1] is threading.current_thread()
+
+
+@pytest.mark.parametrize("marked", [None, False])
+def test_a_warm_up_not_marked_for_a_worker_runs_in_the_calling_thread_off_the_budget(marked):
+    """Not made safe off the caller's thread (None), or nothing worth a worker for these params (False: the CPU
+    loads no kernel lazily): in a call, once, its time not charged (a 1 s warm-up, a 100 ms budget)."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    threads = []
+
+    def warm(params):
+        threads.append(threading.current_thread())
+        clock.advance(1000.0)
+
+    if marked is not None:
+        warm.off_thread = lambda params: marked
+    op.warm_numerics = warm
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+        r = resolve_until_decided(op, x)
+    assert r.candidate.name == "fast" and threads == [threading.current_thread()], (r.why, threads)
+
+
+def test_offline_tuning_runs_even_a_marked_warm_up_in_its_own_thread():
+    """find_fastest (one call, no session spread over calls) has no call to spare the stall: it runs in place."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    threads = []
+    op.warm_numerics, release = off_thread_warm_up(threads)
+    release.set()
+    with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf")) as s:
+        report = find_fastest(op, ScaleParams(torch.randn(64)), s, clock=clock)
+    assert report.choice == "fast" and threads == [threading.current_thread()]
