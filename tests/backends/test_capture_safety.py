@@ -117,23 +117,33 @@ def test_a_worker_allocates_in_a_preparation_while_the_user_captures():
 
 
 @pytest.mark.parametrize("family", ["gemm", "elementwise"])
-def test_the_checks_warm_up_runs_on_a_worker_while_the_user_captures(monkeypatch, family):
-    """An online session runs the op's warm_numerics (thread_context.off_thread: its kernel loads, allocations,
-    launches and syncs) on a preparation worker, a user's capture running or not. Run plainly on a worker, its
-    launches and syncs broke the capture (H100, f3a9e6c)."""
+def test_the_checks_warm_up_and_the_screen_run_on_a_worker_while_the_user_captures(monkeypatch, family):
+    """An online session runs the op's support screen and warm_numerics through its off_thread
+    (thread_context.off_thread: imports, cuBLASLt plans, kernel loads, allocations, launches, syncs) on a
+    preparation worker, a user's capture running or not. Run plainly on a worker, the warm-up's launches and syncs
+    broke the capture (H100, f3a9e6c)."""
     from tunekit.ops.gemm import numerics as gemm_numerics
     from tunekit.ops.gemm import GemmParams, mm_op
     from tunekit.ops.silu import SiluParams, silu_op
     from tunekit.tunable import numerics
+    from tunekit.tunable.screen import supports
 
     x = torch.randn(257, 129, device="cuda", dtype=torch.bfloat16)
     if family == "gemm":
         monkeypatch.setattr(gemm_numerics, "_warmed", set())  # a fresh process: the check's kernels not run yet
-        warm, params, warmed = mm_op.warm_numerics, GemmParams(x, x.t(), activation="gelu"), gemm_numerics._warmed
+        op, params, warmed = mm_op, GemmParams(x, x.t()), gemm_numerics._warmed
     else:
         monkeypatch.setattr(numerics, "_warmed", set())
-        warm, params, warmed = silu_op.warm_numerics, SiluParams(x), numerics._warmed
-    assert warm.off_thread(params)
-    graph_in, graph_out, _ = captured(lambda: preparer().submit(warm, params).result(timeout=120))
+        op, params, warmed = silu_op, SiluParams(x), numerics._warmed
+    warm = op.off_thread(op.warm_numerics)
+    screen = op.off_thread(lambda p: [supports(c, p) for c in op.candidates])
+    assert warm.worth(params) and screen.worth(params)
+
+    def both():
+        reasons = preparer().submit(screen, params).result(timeout=120)
+        preparer().submit(warm, params).result(timeout=120)
+        return reasons
+
+    graph_in, graph_out, reasons = captured(both)
     torch.testing.assert_close(graph_out, graph_in * 2 + 1)
-    assert len(warmed) == 1
+    assert len(warmed) == 1 and len(reasons) == len(op.candidates) and reasons.count(None) >= 2

@@ -192,8 +192,12 @@ def test_the_warm_up_runs_the_check_once_per_dtype_device_and_activation(monkeyp
     from tunekit.ops.gemm import numerics
     from tunekit.ops.gemm.op import addmm_op, mm_op
 
-    assert mm_op.warm_numerics.__wrapped__ is numerics.warm_reference is addmm_op.warm_numerics.__wrapped__
-    assert mm_op.warm_numerics.off_thread(p := GemmParams(torch.randn(3, 5), torch.randn(5, 7))) is False  # CPU: no
+    from tunekit.backends import thread_context
+
+    assert mm_op.warm_numerics is numerics.warm_reference is addmm_op.warm_numerics
+    assert mm_op.off_thread is thread_context.off_thread is addmm_op.off_thread  # online: on a worker
+    p = GemmParams(torch.randn(3, 5), torch.randn(5, 7))
+    assert thread_context.off_thread(numerics.warm_reference).worth(p) is False  # the CPU: not worth a worker
     monkeypatch.setattr(numerics, "_warmed", set())
     seen = []
     check = numerics.check_gemm

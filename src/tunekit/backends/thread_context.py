@@ -17,8 +17,9 @@ such calls and invalidate the capture. On the H100 an allocation from a worker d
 (``benchmarks/experiments/capture_module_load.py``); module loads did not, but the API names them
 among the calls a capture may forbid, so they are guarded too.
 
-:func:`off_thread` makes a function of an op's params (the numerical check's warm-up: kernel loads,
-launches, allocations, syncs) safe on a worker thread: RELAXED, and on a stream of its own. Run on a
+:func:`off_thread` makes a function of an op's params (a tuning session's support screen, the numerical check's
+warm-up: imports, kernel loads, launches, allocations, syncs) safe on a worker thread: RELAXED, and on a stream of
+its own. Run on a
 worker plainly (the thread's default stream, the default capture mode), its launches and syncs broke a
 CUDA graph the user's thread was capturing (H100, f3a9e6c): the warm-up then went back into a call,
 where its 0.2-0.5 s stalled the call that met the first check (``gemm_stall_trace-before-*``).
@@ -99,9 +100,9 @@ def capture_relaxed():
 def off_thread(fn):
     """``fn(params)`` made safe on a worker thread while any thread may capture a CUDA graph: for CUDA params,
     the device's context bound, the thread RELAXED (:func:`capture_relaxed`) and ``fn`` on a non-blocking stream
-    of its own, synchronized before returning (what ``fn`` loads and runs has ended). The wrapper's ``off_thread(params)``
-    tells the tuning session where that is worth a worker (CUDA: kernels load lazily; elsewhere there is nothing to
-    load); the session then runs it on a preparation worker (``tunable/session.py``)."""
+    of its own, synchronized before returning (what ``fn`` loads and runs has ended). An op's ``off_thread``
+    (``tunable/session.py`` runs the support screen and the check's warm-up so); the wrapper's ``worth(params)`` says
+    where a worker is worth it (CUDA: backends and kernels load lazily; on the CPU the work is short)."""
     @functools.wraps(fn)
     def run(params):
         device = params.device
@@ -115,5 +116,5 @@ def off_thread(fn):
             side.synchronize()
         return result
 
-    run.off_thread = lambda params: params.device.type == "cuda"
+    run.worth = lambda params: params.device.type == "cuda"
     return run

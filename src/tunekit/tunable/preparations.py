@@ -82,6 +82,7 @@ class Preparations:
 
     def __init__(self):
         self._futures: dict[str, Future] = {}
+        self._lock = threading.Lock()  # a preparation may start others from its worker (the session's screen)
         self.finished = 0
 
     def __len__(self) -> int:  # preparations started
@@ -89,7 +90,8 @@ class Preparations:
 
     def start(self, name: str, prepare: Callable, params) -> None:
         future = preparer().submit(prepare, params)
-        self._futures[name] = future
+        with self._lock:
+            self._futures[name] = future
         future.add_done_callback(self._count)
 
     def _count(self, future: Future) -> None:  # a worker's callback; the lock: no increment lost
@@ -105,17 +107,24 @@ class Preparations:
         future = self._futures.get(name)
         return future is None or future.done()
 
+    def result(self, name: str):
+        """What ``name``'s preparation returned (waiting for it; what it raised is raised here)."""
+        return self._futures[name].result()
+
     def succeeded(self, name: str) -> bool:
         """Whether ``name``'s preparation ran and returned (not cancelled, not failed, not pending)."""
         future = self._futures.get(name)
         return future is not None and future.done() and not future.cancelled() and future.exception() is None
 
     def first_pending(self) -> Future | None:
-        return next((f for f in self._futures.values() if not f.done()), None)
+        with self._lock:
+            return next((f for f in self._futures.values() if not f.done()), None)
 
     def cancel(self, name: str | None = None) -> None:
         """Cancel ``name``'s preparation (None: every one) where it has not started."""
-        for key in [name] if name is not None else list(self._futures):
+        with self._lock:
+            names = [name] if name is not None else list(self._futures)
+        for key in names:
             future = self._futures.get(key)
             if future is not None:
                 future.cancel()

@@ -29,15 +29,16 @@ it ends. Budget: ``max_tuning_ms`` of the calling thread's time inside :meth:`ad
 background preparation excluded, and so are the support screen (its first run imports the backends:
 0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the check's first kernels load in
 0.15-0.5 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with. An
-online session runs a warm-up made safe off the caller's thread (``thread_context.off_thread``) on a
-preparation worker, first, and checks nothing until it ended: in a call it stalled that call 0.2-0.5 s.
+online session of an op that makes its work safe off the caller's thread (``op.off_thread``:
+``thread_context.off_thread``) runs both on preparation workers, calls meanwhile running the default: the
+screen first (0.2-0.45 s of a GEMM signature's first call), then the warm-up before any compile, no check before
+it ended (in a call it stalled that call 0.2-0.5 s).
 """
 
 from __future__ import annotations
 
 import collections
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -47,13 +48,12 @@ from .entries import CandidateRecord
 from .host_time import prefer_less_host_time
 from .params import OpParams, make_trial
 from .preparations import Preparations
-from .screen import WorkBudget, check, input_sets, prune, reference, supports
+from .screen import WorkBudget, check, input_sets, reference, supports
+from .timed_rounds import MAX_ROUNDS, MIN_ROUNDS, TimedRounds
 from .timing import Timer, make_timer
 
 __all__ = ["TuningSession", "TuningReport", "WorkBudget", "DECISIVE", "MIN_ROUNDS", "MAX_ROUNDS"]
 
-MIN_ROUNDS = 3
-MAX_ROUNDS = 25
 #: a challenger replaces the incumbent on a single probe only when it takes at most 1/DECISIVE of
 #: the incumbent's time: far outside the few percent one measurement of device time varies by
 DECISIVE = 1.25
@@ -70,8 +70,9 @@ STEP_SLACK = 0.05
 #: algorithms) may spend only the rest before them (without it, 4097 x 4095 x 4096 froze on cuBLAS, 6.5x slower)
 PREPARED_RESERVE = 0.5
 _WAIT = object()  # yielded when every remaining check waits for a background preparation
-#: the preparation that runs the op's warm_numerics on a worker (not a candidate's name)
-WARM_UP = "(numerical check's warm-up)"
+#: the preparations that run the session's own work on a worker (not candidates' names): the op's warm_numerics,
+#: and the support screen
+WARM_UP, SCREEN = "(numerical check's warm-up)", "(support screen)"
 
 
 @dataclass
@@ -82,7 +83,7 @@ class TuningReport:
     tuning_ms: float = 0.0
 
 
-class TuningSession:
+class TuningSession(TimedRounds):
     """One signature's tuning (see the module docstring). ``incumbent``: what calls run until the
     session decides; ``report``: the :class:`TuningReport` once :meth:`advance` returned True."""
 
@@ -173,8 +174,7 @@ class TuningSession:
     def _work(self):
         # long: the whole tuning as one generator, so the steps read in order; each phase is a method
         op, s = self.op, self.settings
-        with self.budget.paused():  # screening loads the backends (once per process): not this signature's work
-            supported = self._screen_support()
+        supported = yield from self._screen()
         base, expected = reference(op, self.trial)
         self.base = base
         self.agree = op.numerics(self.trial) if s.numerical_check else None
@@ -200,6 +200,31 @@ class TuningSession:
         times, rounds = yield from self._rounds(timed)
         self._decide(survivors, times, rounds >= MIN_ROUNDS)
 
+    def _screen(self):
+        """The support screen, off the budget: online on a preparation worker where the op made its work safe there
+        (``op.off_thread``), calls meanwhile running the default (in the call, its backends' imports and cuBLASLt's
+        first heuristic took 0.2-0.45 s of a GEMM signature's first call, H100); else in the call."""
+        job = self._off_thread(lambda trial: self._screen_support())
+        if job is None:
+            with self.budget.paused():  # screening loads the backends (once per process): not this signature's work
+                return self._screen_support()
+        self.preparations.start(SCREEN, job, self.trial)
+        while True:
+            self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
+            if self.preparations.ready(SCREEN):
+                return self.preparations.result(SCREEN)
+            yield _WAIT
+
+    def _off_thread(self, fn):
+        """``fn(trial)`` made safe on a preparation worker by the op (``op.off_thread``: thread_context.off_thread);
+        None where the op has no such wrapper, the session runs in one call, or it says the trial's device has nothing
+        worth a worker (the CPU loads no kernel lazily)."""
+        wrap = self.op.off_thread
+        if not self.background or wrap is None:
+            return None
+        job = wrap(fn)
+        return job if getattr(job, "worth", lambda params: True)(self.trial) else None
+
     def _screen_support(self):
         """Candidates that can run these params (records for the rest); their preparation starts. An
         online session prepares at most the op's ``online_preparations`` candidates, the first worth
@@ -222,15 +247,14 @@ class TuningSession:
                     continue
                 self._to_prepare.append((c.name, prepare))
             supported.append(c)
-        if supported and self._warms_off_thread():  # before the compiles: a worker for it first
-            self.preparations.start(WARM_UP, self.op.warm_numerics, self.trial)
+        warm = self._off_thread(self.op.warm_numerics) if supported and self._warms() else None
+        if warm is not None:  # before the compiles: a worker for it first
+            self.preparations.start(WARM_UP, warm, self.trial)
         self._start_preparations(lambda name: not self._floor(name))  # the rest once the default's probe tells
         return supported
 
-    def _warms_off_thread(self) -> bool:
-        """An online session's warm-up that says it is safe and worth running on a worker for these params."""
-        worth = getattr(self.op.warm_numerics, "off_thread", None)  # thread_context.off_thread's wrapper
-        return self.background and self.settings.numerical_check and worth is not None and worth(self.trial)
+    def _warms(self) -> bool:
+        return self.settings.numerical_check and self.op.warm_numerics is not None
 
     def _start_preparations(self, which=lambda name: True) -> None:
         for name, prepare in self._to_prepare:
@@ -300,8 +324,8 @@ class TuningSession:
 
     def _warm_numerics(self) -> None:
         """Before the first check only (a session that checks nothing pays nothing), off the budget: done on a
-        worker already (:meth:`_warms_off_thread`), else in the call (again there if it failed on the worker)."""
-        if self.agree is None or self.op.warm_numerics is None or self.preparations.succeeded(WARM_UP):
+        worker already (:meth:`_screen_support` started it), else in the call (again there if it failed on the worker)."""
+        if not self._warms() or self.preparations.succeeded(WARM_UP):
             return
         with self.budget.paused():
             self.op.warm_numerics(self.trial)
@@ -315,63 +339,6 @@ class TuningSession:
             if self.preparations.ready(c.name) and (self.preparations.started(c.name) or self.budget.left_ms() > hold):
                 return c
         return None
-
-    def _measure(self, c, reps: int = 1) -> float:
-        return self.timer.measure(self._runner(c), reps) / len(self.sets)
-
-    def _runner(self, c):
-        run, sets = c.run, self.sets
-
-        def run_all():
-            for p in sets:
-                run(p)
-        return run_all
-
-    def _prune(self, survivors) -> list:
-        self.timed, self.fastest = prune(survivors, self.probe, self.settings.prune_ratio, self.records)
-        return self.timed
-
-    def _rounds(self, timed):
-        """Interleaved rounds of one measurement each, order rotated per round; ({name: ms}, rounds)."""
-        n_sets, probe = len(self.sets), self.probe
-        self.per_pass = max(self.fastest * n_sets, 1e-6)
-        self.reps = max(1, min(1000, math.ceil(self.timer.target_ms / self.per_pass)))
-        measures = {}
-        for c in timed:
-            if self.budget.left_ms() <= 0:
-                break
-            measures[c.name] = self._prepared(c, self.reps)
-            yield
-        samples = {name: [] for name in measures}
-        # a round costs at least its measured time; after one, its own wall time is the estimate
-        round_ms = sum(probe.get(n, 0.0) for n in measures) * n_sets * self.reps + 1e-3
-        rounds, names = 0, list(measures)
-        while names and len(measures) == len(timed) and rounds < MAX_ROUNDS:
-            if (rounds >= MIN_ROUNDS and self.budget.left_ms() < round_ms) or self.budget.left_ms() <= 0:
-                break
-            start = self.budget.spent_ms()
-            shift = rounds % len(names)
-            for name in names[shift:] + names[:shift]:
-                samples[name].append(measures[name]())
-                yield  # a measurement is the unit of work: a call's share stops between two
-            round_ms = max(round_ms, self.budget.spent_ms() - start)
-            rounds += 1
-        times = {c.name: statistics.median(samples[c.name]) / n_sets if samples.get(c.name) else probe[c.name]
-                 for c in timed if c.name in probe}
-        return times, rounds
-
-    def _prepared(self, c, reps: int) -> Callable[[], float]:
-        """A measurement of ``c`` x ``reps`` (a CUDA graph captured once); events if it cannot be captured."""
-        try:
-            return self.timer.prepare(self._runner(c), reps)
-        except Exception:  # e.g. a candidate that cannot be captured in a CUDA graph
-            self.timer = make_timer(self.base.device, graph=False, clock=self.clock)
-            return self.timer.prepare(self._runner(c), reps)
-
-    def remeasure(self, name: str, target_ms: float) -> Callable[[], float]:
-        """A measurement of ``name`` (one of those timed) repeated to about ``target_ms`` (host_time)."""
-        c = next(c for c in self.timed if c.name == name)
-        return self._prepared(c, max(self.reps, min(1000, math.ceil(target_ms / self.per_pass))))
 
     # -- the choice ---------------------------------------------------------------------------------
     def _screened(self) -> bool:  # every candidate considered (those deferred to offline tuning by design)

@@ -111,7 +111,7 @@ class TunableOp:
         self.online_preparations: int | None = None
         #: what a challenger must save beyond the margin (the host time its call path adds): ms, or the op's
         self.challenger_host_ms, self.challenger_floor = 0.0, None  # rule(params, candidate) -> ms: margin_rule.py
-        self.warm_numerics: Callable[[OpParams], None] | None = warm_compare  # the check's kernel loads: session.py
+        self.warm_numerics, self.off_thread = warm_compare, None  # the check's loads; work made worker-safe: session.py
         self.on_forget: list[Callable[[], None]] = []  # called whenever choices are dropped: derived caches go too
         self.call = self._make_call()  # the call path as a plain function: op.call(params) is op(params), faster
         #: ``fast_call(x[, extra])``: the cached choice's runner on ``x``, or None (tunable/fast_path.py): in Python

@@ -154,4 +154,5 @@ for _op in (mm_op, addmm_op):
     _op.online_preparations = ONLINE_PREPARATIONS
     _op.challenger_host_ms = CHALLENGER_HOST_MS
     _op.challenger_floor = challenger_floor
-    _op.warm_numerics = off_thread(warm_reference)  # the check's first float64 kernels: on a worker, not a call
+    _op.warm_numerics = warm_reference  # the check's first float64 kernels: not a signature's budget
+    _op.off_thread = off_thread  # the screen and that warm-up on workers online: no call stalls for them

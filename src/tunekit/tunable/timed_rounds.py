@@ -1,0 +1,81 @@
+"""A tuning session's measurements (:class:`~tunekit.tunable.session.TuningSession` inherits them): a
+candidate's probe over the session's input sets, the pruning after the probes, and the interleaved timed
+rounds of the survivors, one measurement per piece of work so that a call's share of tuning can stop
+between two. Each measurement is a CUDA graph of the candidate over the input sets, captured once and
+replayed (events on eager launches where a candidate cannot be captured)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable
+
+from .screen import prune
+from .timing import make_timer
+
+__all__ = ["TimedRounds", "MIN_ROUNDS", "MAX_ROUNDS"]
+
+MIN_ROUNDS = 3
+MAX_ROUNDS = 25
+
+
+class TimedRounds:
+    """The measuring half of a session: it uses the session's ``timer``, ``sets``, ``probe``, ``budget``,
+    ``records``, ``settings``, ``base`` and ``clock``."""
+
+    def _measure(self, c, reps: int = 1) -> float:
+        return self.timer.measure(self._runner(c), reps) / len(self.sets)
+
+    def _runner(self, c):
+        run, sets = c.run, self.sets
+
+        def run_all():
+            for p in sets:
+                run(p)
+        return run_all
+
+    def _prune(self, survivors) -> list:
+        self.timed, self.fastest = prune(survivors, self.probe, self.settings.prune_ratio, self.records)
+        return self.timed
+
+    def _rounds(self, timed):
+        """Interleaved rounds of one measurement each, order rotated per round; ({name: ms}, rounds)."""
+        n_sets, probe = len(self.sets), self.probe
+        self.per_pass = max(self.fastest * n_sets, 1e-6)
+        self.reps = max(1, min(1000, math.ceil(self.timer.target_ms / self.per_pass)))
+        measures = {}
+        for c in timed:
+            if self.budget.left_ms() <= 0:
+                break
+            measures[c.name] = self._prepared(c, self.reps)
+            yield
+        samples = {name: [] for name in measures}
+        # a round costs at least its measured time; after one, its own wall time is the estimate
+        round_ms = sum(probe.get(n, 0.0) for n in measures) * n_sets * self.reps + 1e-3
+        rounds, names = 0, list(measures)
+        while names and len(measures) == len(timed) and rounds < MAX_ROUNDS:
+            if (rounds >= MIN_ROUNDS and self.budget.left_ms() < round_ms) or self.budget.left_ms() <= 0:
+                break
+            start = self.budget.spent_ms()
+            shift = rounds % len(names)
+            for name in names[shift:] + names[:shift]:
+                samples[name].append(measures[name]())
+                yield  # a measurement is the unit of work: a call's share stops between two
+            round_ms = max(round_ms, self.budget.spent_ms() - start)
+            rounds += 1
+        times = {c.name: statistics.median(samples[c.name]) / n_sets if samples.get(c.name) else probe[c.name]
+                 for c in timed if c.name in probe}
+        return times, rounds
+
+    def _prepared(self, c, reps: int) -> Callable[[], float]:
+        """A measurement of ``c`` x ``reps`` (a CUDA graph captured once); events if it cannot be captured."""
+        try:
+            return self.timer.prepare(self._runner(c), reps)
+        except Exception:  # e.g. a candidate that cannot be captured in a CUDA graph
+            self.timer = make_timer(self.base.device, graph=False, clock=self.clock)
+            return self.timer.prepare(self._runner(c), reps)
+
+    def remeasure(self, name: str, target_ms: float) -> Callable[[], float]:
+        """A measurement of ``name`` (one of those timed) repeated to about ``target_ms`` (host_time)."""
+        c = next(c for c in self.timed if c.name == name)
+        return self._prepared(c, max(self.reps, min(1000, math.ceil(target_ms / self.per_pass))))
