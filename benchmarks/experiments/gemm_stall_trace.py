@@ -2,7 +2,9 @@
 which calls after the first take longer than the 20 ms step, and what is the calling thread doing in them?
 quack_first_use-without-no_entry-* saw one 367 ms call while tuning linear + bias + gelu tanh at 4096x14336x4096.
 Each call is timed (synchronized); the session's steps inside it are listed (first_use_call_trace.instrument),
-and a watchdog samples the calling thread's Python stack every 2 ms once a call passes 20 ms.
+and a watchdog samples the calling thread's Python stack every 2 ms once a call passes 20 ms. Until 2026-11-27
+~09:05 a sample read the stack with traceback.extract_stack: ~7 ms under the GIL each, which lengthened every call
+over 20 ms (the -before-, -after- and -screen_off_thread- results carry that); now a sample walks the frames.
 
 GPU only. ``PYTHONPATH=src python benchmarks/experiments/gemm_stall_trace.py M N K ACT [SECONDS] [--profile-first]``
 (ACT: none for ``tunekit.linear``, else ``linear_act``'s activation, with a bias; ``--profile-first``: the first
@@ -20,7 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 
 import torch
 
@@ -31,6 +32,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from first_use_call_trace import EVENTS, instrument  # noqa: E402
 
 SAMPLES: collections.Counter = collections.Counter()
+TOTALS: collections.Counter = collections.Counter()  # ms of each kind of session step, over every call
+COUNTS: collections.Counter = collections.Counter()
 IN_CALL = {"since": None}
 GC_PAUSES: list[float] = []
 
@@ -41,10 +44,13 @@ def _watchdog(main_id: int) -> None:
         since = IN_CALL["since"]
         if since is None or time.perf_counter() - since < 0.02:
             continue
-        frame = sys._current_frames().get(main_id)
-        if frame is not None:
-            stack = traceback.extract_stack(frame)[-7:]
-            SAMPLES[" < ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(stack))] += 1
+        frame, names = sys._current_frames().get(main_id), []
+        while frame is not None and len(names) < 7:  # no source lines read: a sample costs microseconds, not the
+            code = frame.f_code                      # ~7 ms of traceback.extract_stack, held under the GIL
+            names.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}")
+            frame = frame.f_back
+        if names:
+            SAMPLES[" < ".join(names)] += 1
 
 
 def _gc_timer(phase, info, start=[0.0]):
@@ -90,6 +96,9 @@ def main() -> None:
             IN_CALL["since"] = None
             ms = (time.perf_counter() - t0) * 1e3
             calls += 1
+            for kind, _, step_ms in EVENTS:
+                TOTALS[kind] += step_ms
+                COUNTS[kind] += 1
             walls.append(ms)
             runs, busy = op.in_effect(params, s)
             if runs.name != last or ms > 20:
@@ -106,6 +115,12 @@ def main() -> None:
     later = sorted(walls[1:]) or [0.0]
     print(f"{calls} calls; first {walls[0]:.1f} ms; slowest later {later[-1]:.1f} ms; median {later[len(later) // 2]:.2f} ms")
     print("final:", None if final is None else (final.candidate.name, final.why))
+    print("session steps over all calls (ms, count):", ", ".join(f"{k} {v:.1f} ({COUNTS[k]})" for k, v in TOTALS.most_common()))
+    if final is not None and final.entry is not None:
+        for name, record in final.entry.candidates.items():
+            if record.status != "unsupported":
+                time_ms = f"{record.time_ms * 1e3:.1f} us" if record.time_ms else "-"
+                print(f"    {name:48s} {record.status:10s} {time_ms:>10s}  {(record.reason or '')[:90]}")
     if profiler is not None:
         print("\nthe first call under cProfile (its times include the profiler's overhead):")
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(25)

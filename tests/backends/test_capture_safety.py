@@ -147,3 +147,24 @@ def test_the_checks_warm_up_and_the_screen_run_on_a_worker_while_the_user_captur
     graph_in, graph_out, reasons = captured(both)
     torch.testing.assert_close(graph_out, graph_in * 2 + 1)
     assert len(warmed) == 1 and len(reasons) == len(op.candidates) and reasons.count(None) >= 2
+
+
+def test_a_workers_job_never_runs_on_the_users_capture_stream():
+    """``torch.cuda.Stream()`` hands out torch's pooled streams in turn, and ``torch.cuda.graph`` captures on one of
+    them: a job that took the next pooled stream got the capture stream itself, and its launch broke the capture
+    (H100, 31 requests after the graph's). The worker's stream is tunekit's own."""
+    from tunekit.backends.thread_context import off_thread
+    from tunekit.ops.silu import SiluParams
+
+    torch.cuda.graph(torch.cuda.CUDAGraph())  # makes the class's default capture stream (from torch's pool)
+    capture_stream = torch.cuda.graph.default_capture_stream
+    for _ in range(64):  # find the capture stream in the pool's turn ...
+        if torch.cuda.Stream() == capture_stream:
+            break
+    for _ in range(30):  # ... so that the request after captured()'s own one would be the capture stream again
+        torch.cuda.Stream()
+    x = torch.randn(4097, device="cuda")
+    job = off_thread(lambda p: float((p.x * 3).sum()))
+    graph_in, graph_out, value = captured(lambda: preparer().submit(job, SiluParams(x)).result(timeout=60))
+    torch.testing.assert_close(graph_out, graph_in * 2 + 1)
+    assert value == pytest.approx(float(x.double().sum() * 3), rel=1e-4)

@@ -1,10 +1,9 @@
 """quack's kernels shipped in the kernels bundle (backends/shipped_kernels.py, backends/quack.py): a bundle holds
 the kernels a fresh quack cache built (complete folders only); a kernel the bundle holds is unpacked into the
-cache (private files, whatever the umask) instead of built, under kept builds only too (no compiler), and only
+cache (private files) instead of built, under kept builds only too (no compiler), and only
 with shipped results on; a runtime library named where it lay on the machine that built the kernel is found
 among the installed packages' files (not their stubs). On the CPU: the kernel's load is faked."""
 
-import os
 import pathlib
 import stat
 
@@ -61,12 +60,8 @@ def test_a_shipped_kernel_is_unpacked_instead_of_built_even_under_kept_builds_on
     a, b, bias, key = operands
     loaded = []
     monkeypatch.setattr(quack, "QuackKernel", lambda folder: loaded.append(folder) or object())
-    mask = os.umask(0o002)  # a group-writable default: the cache would refuse such files for good
-    try:
-        with builds_only():
-            kernel = quack.kernel_for(a, b, bias, "gelu_tanh", CONFIGS[0])
-    finally:
-        os.umask(mask)
+    with builds_only():
+        kernel = quack.kernel_for(a, b, bias, "gelu_tanh", CONFIGS[0])
     folder = tmp_path / "cache" / "quack" / key
     assert loaded == [folder] and kernel is quack.kernel_for(a, b, bias, "gelu_tanh", CONFIGS[0])
     assert {f.name: f.read_bytes() for f in folder.iterdir()} == FILES

@@ -214,3 +214,22 @@ def test_the_warm_up_runs_the_check_once_per_dtype_device_and_activation(monkeyp
     numerics.warm_reference(GemmParams(torch.randn(3, 5, dtype=torch.bfloat16), torch.randn(5, 7, dtype=torch.bfloat16)))
     assert [(q.a.dtype, q.activation) for q in seen] == [(torch.float32, "none"), (torch.float32, "gelu"),
                                                          (torch.bfloat16, "none")]
+
+
+@pytest.mark.parametrize("activation", ["relu", "silu", "gelu", "gelu_tanh"])
+def test_the_reference_never_calls_a_patchable_function(monkeypatch, activation):
+    """The reference's activation is ATen's own: the warm-up runs it on a worker thread, where tunekit.patch()'s
+    F.gelu (the routing's "inside a tunekit call" flag is per thread) went into tunekit's gelu op and took the tuning
+    lock, which the caller could hold while it waited for the warm-up."""
+    from tunekit.ops.gemm import numerics
+
+    def patched(*args, **kwargs):
+        raise AssertionError("a patchable torch.nn.functional function was called")
+
+    for name in ("gelu", "silu", "relu"):
+        monkeypatch.setattr(torch.nn.functional, name, patched)
+    a, b = torch.randn(6, 5, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
+    ref, bound = numerics.reference(GemmParams(a, b, activation=activation))
+    expected = {"relu": torch.relu, "silu": torch._C._nn.silu, "gelu": torch._C._nn.gelu,
+                "gelu_tanh": lambda z: torch._C._nn.gelu(z, approximate="tanh")}[activation](a @ b)
+    torch.testing.assert_close(ref, expected)

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from tunekit.tunable import session, tuning
+from tunekit.tunable import preparations, session, tuning
 from tunekit.tunable.find_fastest import find_fastest
 
 from fakes import ScaleParams
@@ -203,3 +203,68 @@ def test_offline_tuning_runs_its_screen_and_warm_up_in_its_own_thread():
     with tuning(max_tuning_ms=100.0, tuning_step_ms=float("inf")) as s:
         report = find_fastest(op, ScaleParams(torch.randn(64)), s, clock=clock)
     assert report.choice == "fast" and threads == [threading.current_thread()]
+
+
+def test_a_session_forgotten_during_its_screen_starts_nothing_after_it():
+    """The screen, still running on its worker when the op forgets the session, would start the warm-up and the
+    compiles of a session no call will resume: cancelling every preparation closes the session to new ones."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    op.off_thread = worker_safe()
+    compiled, prepared = compiled_on_release(op, "fast")
+    compiled.set()
+    release, seen = threading.Event(), []
+    screened_with(op, "fast", lambda: seen.append(1) or release.wait(timeout=30))
+    op.warm_numerics = lambda p: None
+    x = torch.randn(64)
+    try:
+        with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+            op.resolve(ScaleParams(x))
+            under_way = next(iter(op._sessions.values()))
+            wait_until(lambda: seen)
+            op.forget()
+            release.set()
+            wait_until(lambda: under_way.preparations.ready(session.SCREEN))
+            time.sleep(0.05)  # what the screen would have started would be queued by now
+    finally:
+        release.set()
+    assert list(under_way.preparations._futures) == [session.SCREEN] and not prepared
+
+
+def test_a_screen_that_failed_on_its_worker_runs_again_in_the_call():
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+
+    def failing_on_workers(fn):
+        def job(params):
+            raise RuntimeError("the worker's setup failed")
+        return job
+
+    op.off_thread = failing_on_workers
+    op.warm_numerics = None
+    x = torch.randn(64)
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+        r = resolve_until_decided(op, x)
+    assert r.candidate.name == "fast", r.why
+
+
+def test_a_sessions_own_work_is_not_queued_behind_compiles():
+    """A second signature's screen and warm-up run, and its ready candidates are checked, while compiles hold every
+    compile worker (its own compile of "medium" waits for them)."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5, "medium": 1.0})
+    op.off_thread = worker_safe()
+    op.warm_numerics = lambda p: None
+    compiled, prepared = compiled_on_release(op, "medium")  # its compile blocks until released
+    x, y = torch.randn(64), torch.randn(32)
+    try:
+        with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+            op.resolve(ScaleParams(x))
+            first = next(iter(op._sessions.values()))
+            wait_until(lambda: "medium" in first.preparations._futures)
+            blockers = [preparations.preparer().submit(compiled.wait, 30) for _ in range(preparations.PREPARE_WORKERS)]
+            deadline = time.monotonic() + 10
+            while op.in_effect(ScaleParams(y))[0].name != "fast" and time.monotonic() < deadline:
+                op.resolve(ScaleParams(y))
+                time.sleep(0.001)
+            assert op.in_effect(ScaleParams(y))[0].name == "fast"  # screened, warmed, checked and probed: decisive
+    finally:
+        compiled.set()
+    assert all(b.result(timeout=30) for b in blockers)

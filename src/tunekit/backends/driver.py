@@ -52,6 +52,7 @@ class _LibCuda:
                            ("cuDevicePrimaryCtxRetain", [ctypes.POINTER(p), c_int]),
                            ("cuDriverGetVersion", [ctypes.POINTER(c_int)]),
                            ("cuThreadExchangeStreamCaptureMode", [ctypes.POINTER(c_int)]),
+                           ("cuStreamCreate", [ctypes.POINTER(p), ctypes.c_uint]),
                            ("cuFuncSetAttribute", [p, c_int, c_int]),
                            ("cuFuncGetParamInfo", [p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                                    ctypes.POINTER(ctypes.c_size_t)]),
@@ -99,6 +100,9 @@ class _LibCuda:
 
     def cuDriverGetVersion(self):
         return self._out("cuDriverGetVersion", ctypes.c_int)
+
+    def cuStreamCreate(self, flags: int):
+        return self._out("cuStreamCreate", ctypes.c_void_p, flags)
 
     def cuThreadExchangeStreamCaptureMode(self, mode: int):
         """Set this thread's stream-capture interaction mode; ``(error, the mode it had)``."""

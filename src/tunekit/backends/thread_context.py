@@ -18,17 +18,18 @@ such calls and invalidate the capture. On the H100 an allocation from a worker d
 among the calls a capture may forbid, so they are guarded too.
 
 :func:`off_thread` makes a function of an op's params (a tuning session's support screen, the numerical check's
-warm-up: imports, kernel loads, launches, allocations, syncs) safe on a worker thread: RELAXED, and on a stream of
-its own. Run on a
-worker plainly (the thread's default stream, the default capture mode), its launches and syncs broke a
-CUDA graph the user's thread was capturing (H100, f3a9e6c): the warm-up then went back into a call,
-where its 0.2-0.5 s stalled the call that met the first check (``gemm_stall_trace-before-*``).
+warm-up: imports, kernel loads, launches, allocations, syncs) safe on a worker thread: RELAXED, and on a stream
+tunekit created for it, never one of torch's pooled streams (one of those may be the user's capture stream). Run on
+a worker plainly (the thread's default stream, the default capture mode), its launches and syncs broke a CUDA graph
+the user's thread was capturing (H100, f3a9e6c): the warm-up then went back into a call, where its 0.2-0.5 s
+stalled the call that met the first check (``gemm_stall_trace-before-*``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 import torch
 
@@ -40,6 +41,10 @@ __all__ = ["bind", "launch_hook", "capture_relaxed", "off_thread"]
 #: CUstreamCaptureMode (cuda.h): a thread in RELAXED mode may make calls a capture forbids (loads,
 #: allocations) while a stream is captured, in this thread or another
 _CAPTURE_MODE_RELAXED = 2
+#: cuStreamCreate's flag (cuda.h): no implicit synchronization with the legacy default stream
+_STREAM_NON_BLOCKING = 1
+_worker_streams: dict = {}  # device index -> tunekit's own stream there (torch.cuda.ExternalStream)
+_streams_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,10 +102,23 @@ def capture_relaxed():
         driver.cuThreadExchangeStreamCaptureMode(before)
 
 
+def _worker_stream(index: int):
+    """tunekit's own non-blocking stream on device ``index`` (its context current), made once. Not one of torch's
+    pooled streams: ``torch.cuda.Stream()`` hands those out in turn, and ``torch.cuda.graph`` captures on the next
+    one: after 31 other requests, a job's stream was the user's capture stream, and the capture broke (H100)."""
+    with _streams_lock:
+        stream = _worker_streams.get(index)
+        if stream is None:
+            err, handle = libcuda().cuStreamCreate(_STREAM_NON_BLOCKING)
+            check(err, "cuStreamCreate")
+            stream = _worker_streams[index] = torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
+        return stream
+
+
 def off_thread(fn):
     """``fn(params)`` made safe on a worker thread while any thread may capture a CUDA graph: for CUDA params,
-    the device's context bound, the thread RELAXED (:func:`capture_relaxed`) and ``fn`` on a non-blocking stream
-    of its own, synchronized before returning (what ``fn`` loads and runs has ended). An op's ``off_thread``
+    the device's context bound, the thread RELAXED (:func:`capture_relaxed`) and ``fn`` on tunekit's own non-blocking
+    stream there, synchronized before returning (what ``fn`` loads and runs has ended). An op's ``off_thread``
     (``tunable/session.py`` runs the support screen and the check's warm-up so); the wrapper's ``worth(params)`` says
     where a worker is worth it (CUDA: backends and kernels load lazily; on the CPU the work is short)."""
     @functools.wraps(fn)
@@ -110,7 +128,7 @@ def off_thread(fn):
             return fn(params)
         bind(device.index)
         with torch.cuda.device(device), capture_relaxed():
-            side = torch.cuda.Stream(device)  # torch's pool: created non-blocking
+            side = _worker_stream(device.index)
             with torch.cuda.stream(side):
                 result = fn(params)
             side.synchronize()

@@ -35,7 +35,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
-__all__ = ["PREPARE_WORKERS", "preparer", "Preparations", "ParkedChoice", "park", "NeedsCompiler",
+__all__ = ["PREPARE_WORKERS", "preparer", "session_worker", "Preparations", "ParkedChoice", "park", "NeedsCompiler",
            "compilers_allowed", "builds_only"]
 
 
@@ -65,15 +65,28 @@ def builds_only():
 PREPARE_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
 
 _pool: ThreadPoolExecutor | None = None
+_own_pool: ThreadPoolExecutor | None = None
 _count_lock = threading.Lock()
+_pools_lock = threading.Lock()
 
 
 def preparer() -> ThreadPoolExecutor:
     """The worker threads for every op's preparations (compiles), off the caller's thread."""
     global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=PREPARE_WORKERS, thread_name_prefix="tunekit-prepare")
-    return _pool
+    with _pools_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=PREPARE_WORKERS, thread_name_prefix="tunekit-prepare")
+        return _pool
+
+
+def session_worker() -> ThreadPoolExecutor:
+    """One thread for tuning sessions' own work (their support screens, the check's warm-up): on the compile
+    workers a new signature's screen queued behind earlier signatures' compiles (one worker on a 2-core host)."""
+    global _own_pool
+    with _pools_lock:
+        if _own_pool is None:
+            _own_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunekit-session")
+        return _own_pool
 
 
 class Preparations:
@@ -83,14 +96,22 @@ class Preparations:
     def __init__(self):
         self._futures: dict[str, Future] = {}
         self._lock = threading.Lock()  # a preparation may start others from its worker (the session's screen)
+        self._closed = False  # cancel() of every one: what would start later never starts (a screen still running)
         self.finished = 0
 
     def __len__(self) -> int:  # preparations started
         return len(self._futures)
 
-    def start(self, name: str, prepare: Callable, params) -> None:
-        future = preparer().submit(prepare, params)
+    def start(self, name: str, prepare: Callable, params, *, own: bool = False) -> None:
+        """``prepare(params)`` on a compile worker (``own``: the session's own work, on :func:`session_worker`);
+        nothing once every preparation was cancelled (the session ended or was forgotten)."""
         with self._lock:
+            if self._closed:
+                return
+            try:
+                future = (session_worker() if own else preparer()).submit(prepare, params)
+            except RuntimeError:  # the pools shut down (the interpreter exits): not started, the session goes on
+                return
             self._futures[name] = future
         future.add_done_callback(self._count)
 
@@ -121,9 +142,10 @@ class Preparations:
             return next((f for f in self._futures.values() if not f.done()), None)
 
     def cancel(self, name: str | None = None) -> None:
-        """Cancel ``name``'s preparation (None: every one) where it has not started."""
+        """Cancel ``name``'s preparation (None: every one, and any started later) where it has not started."""
         with self._lock:
             names = [name] if name is not None else list(self._futures)
+            self._closed = self._closed or name is None
         for key in names:
             future = self._futures.get(key)
             if future is not None:

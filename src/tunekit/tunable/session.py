@@ -30,9 +30,10 @@ background preparation excluded, and so are the support screen (its first run im
 0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the check's first kernels load in
 0.15-0.5 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with. An
 online session of an op that makes its work safe off the caller's thread (``op.off_thread``:
-``thread_context.off_thread``) runs both on preparation workers, calls meanwhile running the default: the
-screen first (0.2-0.45 s of a GEMM signature's first call), then the warm-up before any compile, no check before
-it ended (in a call it stalled that call 0.2-0.5 s).
+``thread_context.off_thread``) runs both on the session worker (``preparations.session_worker``: never behind
+compiles), calls meanwhile running the default: the screen (0.2-0.45 s of a GEMM signature's first call), then
+the warm-up (in a call it stalled that call 0.2-0.5 s); none of the session's own steps runs before it ended
+(beside it, the default's probe took 15 ms more of the budget, and a 13-candidate GEMM's timed rounds never began).
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ class TuningSession(TimedRounds):
         # long: the whole tuning as one generator, so the steps read in order; each phase is a method
         op, s = self.op, self.settings
         supported = yield from self._screen()
+        yield from self._until_ready(WARM_UP)  # beside the warm-up, the default's probe took 15 ms more (charged)
         base, expected = reference(op, self.trial)
         self.base = base
         self.agree = op.numerics(self.trial) if s.numerical_check else None
@@ -208,11 +210,20 @@ class TuningSession(TimedRounds):
         if job is None:
             with self.budget.paused():  # screening loads the backends (once per process): not this signature's work
                 return self._screen_support()
-        self.preparations.start(SCREEN, job, self.trial)
+        self.preparations.start(SCREEN, job, self.trial, own=True)
+        yield from self._until_ready(SCREEN)
+        if self.preparations.succeeded(SCREEN):
+            return self.preparations.result(SCREEN)
+        self.records.clear()  # it failed on the worker (its setup, a shut-down pool): again, in the call
+        with self.budget.paused():
+            return self._screen_support()
+
+    def _until_ready(self, name: str):
+        """Yield _WAIT (calls run the incumbent) until the preparation ``name`` ended (at once when none started)."""
         while True:
             self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
-            if self.preparations.ready(SCREEN):
-                return self.preparations.result(SCREEN)
+            if self.preparations.ready(name):
+                return
             yield _WAIT
 
     def _off_thread(self, fn):
@@ -248,8 +259,8 @@ class TuningSession(TimedRounds):
                 self._to_prepare.append((c.name, prepare))
             supported.append(c)
         warm = self._off_thread(self.op.warm_numerics) if supported and self._warms() else None
-        if warm is not None:  # before the compiles: a worker for it first
-            self.preparations.start(WARM_UP, warm, self.trial)
+        if warm is not None:  # the session's own worker: never behind compiles
+            self.preparations.start(WARM_UP, warm, self.trial, own=True)
         self._start_preparations(lambda name: not self._floor(name))  # the rest once the default's probe tells
         return supported
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from .params import GemmParams
 
@@ -37,8 +36,10 @@ _EPS32 = torch.finfo(torch.float32).eps
 WARM_SIZE = 512
 _warmed: set = set()
 _TF32_EPS = 2.0 ** -10
-_ACTS = {"none": lambda x: x, "relu": torch.relu, "silu": F.silu, "gelu": F.gelu,
-         "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+#: ATen's own functions, never tunekit.patch()'s: on the warm-up's worker thread a patched F.gelu was routed into
+#: tunekit's gelu op (the routing's "inside a tunekit call" flag is per thread), which took the tuning lock there
+_ACTS = {"none": lambda x: x, "relu": torch.relu, "silu": torch._C._nn.silu, "gelu": torch._C._nn.gelu,
+         "gelu_tanh": lambda x: torch._C._nn.gelu(x, approximate="tanh")}
 
 
 def reference(p) -> tuple[torch.Tensor, torch.Tensor]:
