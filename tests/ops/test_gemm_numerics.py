@@ -192,12 +192,12 @@ def test_the_warm_up_runs_the_check_once_per_dtype_device_and_activation(monkeyp
     from tunekit.ops.gemm import numerics
     from tunekit.ops.gemm.op import addmm_op, mm_op
 
-    from tunekit.backends import thread_context
+    from tunekit.ops._shared import routing
 
     assert mm_op.warm_numerics is numerics.warm_reference is addmm_op.warm_numerics
-    assert mm_op.off_thread is thread_context.off_thread is addmm_op.off_thread  # online: on a worker
+    assert mm_op.off_thread is routing.off_thread is addmm_op.off_thread  # online: on a worker
     p = GemmParams(torch.randn(3, 5), torch.randn(5, 7))
-    assert thread_context.off_thread(numerics.warm_reference).worth(p) is False  # the CPU: not worth a worker
+    assert routing.off_thread(numerics.warm_reference).worth(p) is False  # the CPU: not worth a worker
     monkeypatch.setattr(numerics, "_warmed", set())
     seen = []
     check = numerics.check_gemm
@@ -233,3 +233,20 @@ def test_the_reference_never_calls_a_patchable_function(monkeypatch, activation)
     expected = {"relu": torch.relu, "silu": torch._C._nn.silu, "gelu": torch._C._nn.gelu,
                 "gelu_tanh": lambda z: torch._C._nn.gelu(z, approximate="tanh")}[activation](a @ b)
     torch.testing.assert_close(ref, expected)
+
+
+def test_an_ops_work_off_the_callers_thread_never_reenters_tunekit_under_the_patch():
+    """routing.off_thread marks the worker inside tunekit while the job runs: a patched F.gelu there runs torch's own.
+    Unmarked, it went into tunekit's gelu op and waited for the tuning lock, which a caller waiting for the job
+    held (explain(), resolve(finish=True)): a deadlock."""
+    import tunekit
+    from tunekit.ops._shared import routing
+    from tunekit.tunable.preparations import session_worker
+    from tunekit.tunable.tunable_op import TUNING_LOCK
+
+    x = torch.randn(64, 32)
+    job = routing.off_thread(lambda p: (routing.inside_tunekit(), torch.nn.functional.gelu(p.a, approximate="tanh")))
+    with tunekit.patch(), TUNING_LOCK:
+        inside, y = session_worker().submit(job, GemmParams(x, x.t())).result(timeout=20)
+    assert inside and not routing.inside_tunekit()
+    torch.testing.assert_close(y, torch._C._nn.gelu(x, approximate="tanh"))

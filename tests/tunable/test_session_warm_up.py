@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tunekit.tunable import preparations, session, tuning
+from tunekit.tunable.errors import TunekitWarning
 from tunekit.tunable.find_fastest import find_fastest
 
 from fakes import ScaleParams
@@ -241,9 +242,54 @@ def test_a_screen_that_failed_on_its_worker_runs_again_in_the_call():
     op.off_thread = failing_on_workers
     op.warm_numerics = None
     x = torch.randn(64)
-    with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0), pytest.warns(TunekitWarning, match="screen failed"):
         r = resolve_until_decided(op, x)
     assert r.candidate.name == "fast", r.why
+
+
+def test_a_screen_that_failed_after_starting_compiles_does_not_start_them_again():
+    """The worker's wrapper failed after the screen ran (its stream's sync): the screen runs again in the call, and
+    the compile it had started is not started a second time."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    compiled, prepared = compiled_on_release(op, "fast")
+    compiled.set()
+
+    def failing_after(fn):
+        def job(params):
+            fn(params)
+            raise RuntimeError("the stream's sync failed")
+        return job
+
+    op.off_thread = failing_after
+    op.warm_numerics = None
+    with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0), pytest.warns(TunekitWarning):
+        r = resolve_until_decided(op, torch.randn(64))
+    assert r.candidate.name == "fast" and len(prepared) == 1, (r.why, prepared)
+
+
+def test_no_step_of_the_session_runs_in_a_call_before_the_warm_up_ended(monkeypatch):
+    """Beside the warm-up the default's probe took 28-29 ms of the budget instead of 13 (H100): a 13-candidate GEMM's
+    timed rounds never began. The reference run waits for the warm-up, and so does everything after it."""
+    op, clock = fresh_op({"ref": 2.0, "fast": 0.5})
+    op.off_thread = worker_safe()
+    threads, referenced = [], []
+    op.warm_numerics, release = blocking_warm_up(threads)
+    real = session.reference
+    monkeypatch.setattr(session, "reference", lambda *a: referenced.append(1) or real(*a))
+    x = torch.randn(64)
+    try:
+        with tuning(tuning_step_ms=5.0, max_tuning_ms=100.0):
+            op.resolve(ScaleParams(x))
+            wait_until(lambda: threads)
+            for _ in range(20):
+                op.resolve(ScaleParams(x))
+                time.sleep(0.001)
+            assert not referenced
+            release.set()
+            r = resolve_until_decided(op, x)
+    finally:
+        release.set()
+    assert referenced and r.candidate.name == "fast", r.why
 
 
 def test_a_sessions_own_work_is_not_queued_behind_compiles():

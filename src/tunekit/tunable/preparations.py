@@ -104,10 +104,12 @@ class Preparations:
 
     def start(self, name: str, prepare: Callable, params, *, own: bool = False) -> None:
         """``prepare(params)`` on a compile worker (``own``: the session's own work, on :func:`session_worker`);
-        nothing once every preparation was cancelled (the session ended or was forgotten)."""
+        nothing once every preparation was cancelled (the session ended or was forgotten), nor for a name whose
+        preparation is pending or succeeded."""
         with self._lock:
-            if self._closed:
-                return
+            known = self._futures.get(name)
+            if self._closed or (known is not None and not (known.done() and (known.cancelled() or known.exception()))):
+                return  # closed, or this one pending or done (a screen run again after failing on its worker)
             try:
                 future = (session_worker() if own else preparer()).submit(prepare, params)
             except RuntimeError:  # the pools shut down (the interpreter exits): not started, the session goes on
@@ -131,6 +133,11 @@ class Preparations:
     def result(self, name: str):
         """What ``name``'s preparation returned (waiting for it; what it raised is raised here)."""
         return self._futures[name].result()
+
+    def failure(self, name: str) -> BaseException | None:
+        """What ``name``'s preparation raised (None: it has none, has not ended, was cancelled, or returned)."""
+        future = self._futures.get(name)
+        return future.exception() if future is not None and future.done() and not future.cancelled() else None
 
     def succeeded(self, name: str) -> bool:
         """Whether ``name``'s preparation ran and returned (not cancelled, not failed, not pending)."""

@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import collections
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
 from . import margin_rule
 from .context import TuningSettings
 from .entries import CandidateRecord
+from .errors import TunekitWarning
 from .host_time import prefer_less_host_time
 from .params import OpParams, make_trial
 from .preparations import Preparations
@@ -214,7 +216,11 @@ class TuningSession(TimedRounds):
         yield from self._until_ready(SCREEN)
         if self.preparations.succeeded(SCREEN):
             return self.preparations.result(SCREEN)
-        self.records.clear()  # it failed on the worker (its setup, a shut-down pool): again, in the call
+        failure = self.preparations.failure(SCREEN)
+        if failure is not None:  # not for a session cancelled before its screen started
+            warnings.warn(f"tunekit: {self.op.name}: the support screen failed on its worker ({failure!r}); it runs "
+                          "in the call", TunekitWarning, stacklevel=2)
+        self.records.clear()  # again, in the call
         with self.budget.paused():
             return self._screen_support()
 
@@ -312,7 +318,7 @@ class TuningSession(TimedRounds):
                     self.preparations.cancel(c.name)
                 return
             self.seen_prepared = self.preparations.finished  # before looking: one ending after it un-parks
-            c = self._next_to_check(pending) if self.preparations.ready(WARM_UP) else None
+            c = self._next_to_check(pending)
             if c is None:
                 yield _WAIT
                 continue

@@ -15,11 +15,11 @@ import functools
 
 import torch
 
+from . import routing
 from .cuda_elementwise import cuda_candidates
 from .grad_call import recorder_slot
 from .triton_elementwise import TritonElementwise
 from ...backends.fast_call import make_fast_call
-from ...backends.thread_context import off_thread
 from ...tunable.config import Config
 from ...tunable.params import OpParams, tensor_key, tensor_signature
 from ...tunable.tunable_op import TunableOp
@@ -123,5 +123,5 @@ def elementwise_op(name: str, params_type: type[OpParams], grad_kind: str | None
     fast_calls = make_fast_call if grad_kind is None else functools.partial(make_fast_call,
                                                                             recorder=recorder_slot(grad_kind))
     op = TunableOp(name, params_type, fast_calls=fast_calls, **options)
-    op.off_thread = off_thread  # the screen and the check's warm-up on workers online: no call stalls for them
+    op.off_thread = routing.off_thread  # the screen and the check's warm-up on workers online: no call stalls for them
     return op

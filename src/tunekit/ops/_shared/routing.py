@@ -37,9 +37,9 @@ import threading
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from ...backends import fast_route
+from ...backends import fast_route, thread_context
 
-__all__ = ["takes", "python_takes", "transformed", "state", "inside_tunekit", "bind", "plain_dims",
+__all__ = ["takes", "python_takes", "transformed", "state", "inside_tunekit", "off_thread", "bind", "plain_dims",
            "TUNEKIT_DTYPES"]
 
 #: dtypes for which tunekit's ops give torch's results (float64 runs torch's kernel inside tunekit)
@@ -113,6 +113,21 @@ def transformed() -> bool:
 def inside_tunekit() -> bool:
     """Whether this thread is running a call that tunekit took over (for tests and debugging)."""
     return state.inside
+
+
+def off_thread(fn):
+    """An op's ``off_thread`` (``tunable/session.py``): :func:`thread_context.off_thread` of ``fn`` with the worker
+    marked inside tunekit while it runs, so that a patched torch function there runs torch's own. Unmarked, a
+    patched F.gelu in the GEMM check's warm-up went into tunekit's gelu op on the worker and took the tuning lock,
+    which a caller waiting for that warm-up held: a deadlock."""
+    def inside(params):
+        was, state.inside = state.inside, True
+        try:
+            return fn(params)
+        finally:
+            state.inside = was
+
+    return thread_context.off_thread(inside)
 
 
 def bind(args, kwargs, names, keyword_only=(), defaults=None):

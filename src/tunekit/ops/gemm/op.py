@@ -25,7 +25,7 @@ from .quack_candidates import quack_candidates
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
 from .triton_wrapped import wrapped_candidates
-from ...backends.thread_context import off_thread
+from .._shared import routing
 from ...tunable.registry import register
 from ...tunable.shipped import uses_triton
 from ...tunable.tunable_op import TunableOp
@@ -155,4 +155,4 @@ for _op in (mm_op, addmm_op):
     _op.challenger_host_ms = CHALLENGER_HOST_MS
     _op.challenger_floor = challenger_floor
     _op.warm_numerics = warm_reference  # the check's first float64 kernels: not a signature's budget
-    _op.off_thread = off_thread  # the screen and that warm-up on workers online: no call stalls for them
+    _op.off_thread = routing.off_thread  # the screen and that warm-up on workers online: no call stalls for them

@@ -18,7 +18,6 @@ from .._shared.arguments import check_float_tensor, computes, traced_computes, w
 from .._shared.custom_ops import compute_dtype, contiguous, save_inputs, tunekit_ops
 from .._shared.grad_call import GradCall
 from .._shared.routing import transformed
-from ...backends.thread_context import off_thread
 from ...tunable.context import captured, inherited
 from ...tunable.registry import register
 from ...tunable.tunable_op import TunableOp
@@ -62,7 +61,7 @@ def make_example(shape, dtype=torch.float32, device="cpu", dim=-1, keepdim=False
 
 logsumexp_op = register(TunableOp("logsumexp", LogsumexpParams, make_params=make_params, make_example=make_example))
 logsumexp_op.add(torch_logsumexp, default=True)
-logsumexp_op.off_thread = off_thread  # the screen and the check's warm-up on workers online
+logsumexp_op.off_thread = routing.off_thread  # the screen and the check's warm-up on workers online
 for _c in cuda_candidates():
     logsumexp_op.add(_c)
 for _c in triton_logsumexp_candidates():
@@ -95,7 +94,7 @@ def make_backward_example(shape, dtype=torch.float32, device="cpu", dim=-1, keep
 logsumexp_backward_op = register(TunableOp("logsumexp_backward", LogsumexpBackwardParams,
                                            make_example=make_backward_example))
 logsumexp_backward_op.add(FusedGradient(torch_logsumexp_backward), default=True)  # default_backward.py: why
-logsumexp_backward_op.off_thread = off_thread
+logsumexp_backward_op.off_thread = routing.off_thread
 logsumexp_backward_op.add(torch_logsumexp_backward)
 for _c in cuda_backward_candidates():
     logsumexp_backward_op.add(_c)

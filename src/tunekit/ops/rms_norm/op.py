@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from . import route
 from .params import RmsNormBackwardParams, RmsNormParams, epsilon
 from .triton_candidates import triton_rms_norm_backward_candidates, triton_rms_norm_candidates
+from .._shared import routing
 from .._shared.arguments import computes, traced_computes
 from .._shared.custom_ops import contiguous, save_inputs, tunekit_ops
 from ...tunable import context
-from ...backends.thread_context import off_thread
 from ...tunable.context import captured, inherited
 from ...tunable.registry import register
 from ...tunable.tunable_op import TunableOp
@@ -73,7 +73,7 @@ CHALLENGER_HOST_MS = 0.150
 rms_norm_op = register(TunableOp("rms_norm", RmsNormParams, make_example=make_example))
 rms_norm_op.challenger_host_ms = CHALLENGER_HOST_MS
 _torch_candidate = rms_norm_op.add(torch_rms_norm, default=True)
-rms_norm_op.off_thread = off_thread  # the screen and the check's warm-up on workers online
+rms_norm_op.off_thread = routing.off_thread  # the screen and the check's warm-up on workers online
 for _c in triton_rms_norm_candidates():
     rms_norm_op.add(_c)
 
@@ -112,7 +112,7 @@ def make_backward_example(shape, dtype=torch.float32, device="cpu") -> RmsNormBa
 rms_norm_backward_op = register(TunableOp("rms_norm_backward", RmsNormBackwardParams,
                                           make_example=make_backward_example))
 rms_norm_backward_op.add(torch_rms_norm_backward, default=True)
-rms_norm_backward_op.off_thread = off_thread
+rms_norm_backward_op.off_thread = routing.off_thread
 for _c in triton_rms_norm_backward_candidates():
     rms_norm_backward_op.add(_c)
 
