@@ -30,7 +30,7 @@ background preparation excluded, and so are the support screen (its first run im
 0.5 s for Triton's GEMM kernels) and the op's ``warm_numerics`` (the check's first kernels load in
 0.15-0.5 s, once per process): charged, each left a 200 ms budget nothing to check a candidate with. An
 online session of an op that makes its work safe off the caller's thread (``op.off_thread``:
-``thread_context.off_thread``) runs both on the session worker (``preparations.session_worker``: never behind
+``ops/_shared/routing.off_thread``) runs both on the session worker (``preparations.session_worker``: never behind
 compiles), calls meanwhile running the default: the screen (0.2-0.45 s of a GEMM signature's first call), then
 the warm-up (in a call it stalled that call 0.2-0.5 s); none of the session's own steps runs before it ended
 (beside it, the default's probe took 15 ms more of the budget, and a 13-candidate GEMM's timed rounds never began).
@@ -233,7 +233,7 @@ class TuningSession(TimedRounds):
             yield _WAIT
 
     def _off_thread(self, fn):
-        """``fn(trial)`` made safe on a preparation worker by the op (``op.off_thread``: thread_context.off_thread);
+        """``fn(trial)`` made safe on a preparation worker by the op (``op.off_thread``: routing.off_thread);
         None where the op has no such wrapper, the session runs in one call, or it says the trial's device has nothing
         worth a worker (the CPU loads no kernel lazily)."""
         wrap = self.op.off_thread
