@@ -17,7 +17,9 @@ profiler's overhead:
 3. A fresh process runs ``tune_parallel`` on ``--gpus``, every worker's steps traced to a file:
    when each process claimed its first item, the seconds it spent in each step, when it ended.
 
-Run: ``python benchmarks/checks/offline_start.py [--count 40] [--gpus all] [--out DIR]``.
+Run: ``python benchmarks/checks/offline_start.py [--count 40] [--gpus all] [--workload ops|llama-gemm] [--out DIR]``
+(``--workload llama-gemm``: the LLaMA-style step's GEMM signatures, issue 23's workload, instead of ``--count``
+activation and logsumexp ones; the output files are then named ``offline_start-llama_gemm-<device>``).
 """
 
 from __future__ import annotations
@@ -151,22 +153,24 @@ def _traced(owner, name: str, trace: str, what: str | None = None) -> None:
         try:
             return original(*args, **kwargs)
         finally:
+            signature = getattr(args[1], "signature", None) if len(args) > 1 else None
+            label = signature()[:60] if callable(signature) else ""
             with open(trace, "a") as f:
-                f.write(json.dumps([os.getpid(), what or name, t, time.time()]) + "\n")
+                f.write(json.dumps([os.getpid(), what or name, t, time.time(), label]) + "\n")
     setattr(owner, name, wrapper)
 
 
 def parallel(args) -> dict:
     """One fresh process: tune_parallel, every worker's steps traced to a file."""
-    from tunekit import offline
     from tunekit.offline import claims as _claims
     from tunekit.offline import parallel as par
+    from tunekit.offline import recorded, tune_one
     from tunekit.tunable.results import ResultsStore
 
     log = collections.defaultdict(list)
     _instrument_triton(log)
     trace = args.store + ".trace"
-    for owner, name in ((offline, "warm_candidates"), (offline, "find_fastest"), (offline, "rebuild_params"),
+    for owner, name in ((tune_one, "warm_candidates"), (tune_one, "find_fastest"), (recorded, "rebuild_params"),
                         (_claims, "claim_next"), (_claims, "release"), (ResultsStore, "put"),
                         (ResultsStore, "remove_untuned"), (torch.cuda, "set_device"), (par, "_worker"),
                         (par, "_local")):
@@ -228,8 +232,8 @@ def render(result: dict, args) -> str:
             f"Triton C-compiler runs: {len(s.get('c_builds', []))} ({sum(b[1] for b in s.get('c_builds', [])):.2f} s); "
             f"launcher cache lookups {len(s.get('launcher_lookups', []))}, misses "
             f"{sum(1 for x in s.get('launcher_lookups', []) if not x[2])}.", "",
-            "| # | op | warm-up ms | tuning ms | C builds |", "|---:|---|---:|---:|---:|"]
-    out += [f"| {i} | {r['op']} | {r['warm_s'] * 1e3:.1f} | {r['tune_s'] * 1e3:.1f} | {r['c_builds']} |"
+            "| # | op | signature | warm-up ms | tuning ms | C builds |", "|---:|---|---|---:|---:|---:|"]
+    out += [f"| {i} | {r['op']} | `{r['signature'][:60]}` | {r['warm_s'] * 1e3:.1f} | {r['tune_s'] * 1e3:.1f} | {r['c_builds']} |"
             for i, r in enumerate(sig)]
     for what, rows in s.get("profiles", []):
         out += ["", f"{what}, under cProfile (cumulative s, calls):", "",
@@ -242,12 +246,21 @@ def render(result: dict, args) -> str:
             f"- Triton C-compiler runs in this process: {len(p.get('c_builds', []))}",
             "- seconds from the call's start; step columns: total seconds in that step", ""]
     out += timeline(p)
+    out += ["", "Items (seconds from the call's start; warm-up and tuning of each signature):", "",
+            "| process | signature | warm-up from | tuning from | to |", "|---|---|---:|---:|---:|"]
+    warms = {(s[0], s[4]): s for s in p["steps"] if s[1] == "warm_candidates"}
+    for s in sorted((s for s in p["steps"] if s[1] == "find_fastest"), key=lambda s: s[2]):
+        w = warms.get((s[0], s[4]))
+        who = "this process" if s[0] == p["parent"] else f"worker {s[0]}"
+        out.append(f"| {who} | `{s[4]}` | {(w[2] if w else s[2]) - p['start']:.2f} | {s[2] - p['start']:.2f} | "
+                   f"{s[3] - p['start']:.2f} |")
     return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=40)
+    ap.add_argument("--workload", choices=sorted(multi_gpu_tune.TARGETS), default="ops")
     ap.add_argument("--gpus", default="all")
     ap.add_argument("--out")
     ap.add_argument("--child", choices=["single", "parallel"])
@@ -261,7 +274,11 @@ def main(argv=None) -> int:
         raise SystemExit("needs a CUDA device")
     work = Path(tempfile.mkdtemp(prefix="tunekit-offline-start-"))
     recorded = str(work / "recorded.sqlite")
-    multi_gpu_tune.record(recorded, multi_gpu_tune.workload(args.count, False), torch.device("cuda", 0))
+    if args.workload == "llama-gemm":
+        import model_gemm_workload
+        args.count = len(model_gemm_workload.record(recorded, torch.device("cuda", 0)))
+    else:
+        multi_gpu_tune.record(recorded, multi_gpu_tune.workload(args.count, False), torch.device("cuda", 0))
     # Warm the disk caches twice: on an H200 with Triton 3.6, the processes that load kernels from
     # the cache built launchers that the process which compiled them had not (8 C-compiler runs, 1.1 s)
     for i, mode in enumerate(("parallel", "single")):
@@ -276,7 +293,8 @@ def main(argv=None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = "offline_start-" + result["device"].replace(" ", "_")
+        stem = "offline_start-" + ("" if args.workload == "ops" else args.workload.replace("-", "_") + "-") \
+            + result["device"].replace(" ", "_")
         (out / f"{stem}.md").write_text(text)
         (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     return 0
