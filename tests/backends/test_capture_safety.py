@@ -168,3 +168,25 @@ def test_a_workers_job_never_runs_on_the_users_capture_stream():
     graph_in, graph_out, value = captured(lambda: preparer().submit(job, SiluParams(x)).result(timeout=60))
     torch.testing.assert_close(graph_out, graph_in * 2 + 1)
     assert value == pytest.approx(float(x.double().sum() * 3), rel=1e-4)
+
+
+def test_tuning_captures_on_the_threads_own_stream_never_a_pooled_one():
+    """The graph timer's warm-up and capture run on this thread's own stream (``tunable/isolation.py``), not one
+    of torch's pooled streams (which hands the user's capture stream out again every 32 requests) nor
+    torch.cuda.graph's process-wide default capture stream."""
+    from tunekit.tunable import isolation
+    from tunekit.tunable.timing import CudaGraphTimer
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    own = isolation.stream_for_thread(device)
+    pooled = {torch.cuda.Stream(device, priority=p).cuda_stream for p in (0, -1) for _ in range(80)}
+    assert own.cuda_stream not in pooled and own.cuda_stream != torch.cuda.current_stream(device).cuda_stream
+    x = torch.randn(4096, device=device)
+    seen = []
+
+    def fn():
+        seen.append(torch.cuda.current_stream(device).cuda_stream)
+        x.mul_(1.0)
+
+    measure = CudaGraphTimer(device).prepare(fn, 3)
+    assert seen == [own.cuda_stream] * 4 and measure() > 0  # the warm-up, then the three captured runs

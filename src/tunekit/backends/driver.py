@@ -51,8 +51,6 @@ class _LibCuda:
                            ("cuDeviceGet", [ctypes.POINTER(c_int), c_int]),
                            ("cuDevicePrimaryCtxRetain", [ctypes.POINTER(p), c_int]),
                            ("cuDriverGetVersion", [ctypes.POINTER(c_int)]),
-                           ("cuThreadExchangeStreamCaptureMode", [ctypes.POINTER(c_int)]),
-                           ("cuStreamCreate", [ctypes.POINTER(p), ctypes.c_uint]),
                            ("cuFuncSetAttribute", [p, c_int, c_int]),
                            ("cuFuncGetParamInfo", [p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                                    ctypes.POINTER(ctypes.c_size_t)]),
@@ -100,15 +98,6 @@ class _LibCuda:
 
     def cuDriverGetVersion(self):
         return self._out("cuDriverGetVersion", ctypes.c_int)
-
-    def cuStreamCreate(self, flags: int):
-        return self._out("cuStreamCreate", ctypes.c_void_p, flags)
-
-    def cuThreadExchangeStreamCaptureMode(self, mode: int):
-        """Set this thread's stream-capture interaction mode; ``(error, the mode it had)``."""
-        value = ctypes.c_int(mode)
-        err = self._lib.cuThreadExchangeStreamCaptureMode(ctypes.byref(value))
-        return err, value.value
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: int):
         if getattr(self._lib, "cuGetProcAddress_v2", None) is None:

@@ -19,7 +19,8 @@ among the calls a capture may forbid, so they are guarded too.
 
 :func:`off_thread` makes a function of an op's params (a tuning session's support screen, the numerical check's
 warm-up: imports, kernel loads, launches, allocations, syncs) safe on a worker thread: RELAXED, and on a stream
-tunekit created for it, never one of torch's pooled streams (one of those may be the user's capture stream). Run on
+tunekit created for the thread (``tunable/isolation.py``), never one of torch's pooled streams (one of those may
+be the user's capture stream). Run on
 a worker plainly (the thread's default stream, the default capture mode), its launches and syncs broke a CUDA graph
 the user's thread was capturing (H100, f3a9e6c): the warm-up then went back into a call, where its 0.2-0.5 s
 stalled the call that met the first check (``gemm_stall_trace-before-*``).
@@ -27,24 +28,15 @@ stalled the call that met the first check (``gemm_stall_trace-before-*``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 
 import torch
 
 from .device import current_device
 from .driver import check, libcuda
+from ..tunable import isolation
 
 __all__ = ["bind", "launch_hook", "capture_relaxed", "off_thread"]
-
-#: CUstreamCaptureMode (cuda.h): a thread in RELAXED mode may make calls a capture forbids (loads,
-#: allocations) while a stream is captured, in this thread or another
-_CAPTURE_MODE_RELAXED = 2
-#: cuStreamCreate's flag (cuda.h): no implicit synchronization with the legacy default stream
-_STREAM_NON_BLOCKING = 1
-_worker_streams: dict = {}  # device index -> tunekit's own stream there (torch.cuda.ExternalStream)
-_streams_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,36 +75,9 @@ def launch_hook() -> bool:
         return False
 
 
-@contextlib.contextmanager
-def capture_relaxed():
-    """A block whose driver calls (module loads, ``cudaMalloc``) a graph capture in progress, in any
-    thread, neither refuses nor is invalidated by: the calling thread's capture mode is RELAXED
-    inside, restored after. These calls are not captured (a load or an allocation is never part of a
-    graph); what the block launches on a capturing stream still is. Before CUDA is initialised there
-    is no capture to protect and nothing is changed."""
-    if not torch.cuda.is_initialized():
-        yield
-        return
-    driver = libcuda()
-    err, before = driver.cuThreadExchangeStreamCaptureMode(_CAPTURE_MODE_RELAXED)
-    check(err, "cuThreadExchangeStreamCaptureMode")
-    try:
-        yield
-    finally:
-        driver.cuThreadExchangeStreamCaptureMode(before)
-
-
-def _worker_stream(index: int):
-    """tunekit's own non-blocking stream on device ``index`` (its context current), made once. Not one of torch's
-    pooled streams: ``torch.cuda.Stream()`` hands those out in turn, and ``torch.cuda.graph`` captures on the next
-    one: after 31 other requests, a job's stream was the user's capture stream, and the capture broke (H100)."""
-    with _streams_lock:
-        stream = _worker_streams.get(index)
-        if stream is None:
-            err, handle = libcuda().cuStreamCreate(_STREAM_NON_BLOCKING)
-            check(err, "cuStreamCreate")
-            stream = _worker_streams[index] = torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
-        return stream
+#: the calling thread RELAXED for a block (``tunable/isolation.py``): loads and allocations that a user's
+#: capture in another thread neither refuses nor is invalidated by
+capture_relaxed = isolation.relaxed
 
 
 def off_thread(fn):
@@ -128,7 +93,7 @@ def off_thread(fn):
             return fn(params)
         bind(device.index)
         with torch.cuda.device(device), capture_relaxed():
-            side = _worker_stream(device.index)
+            side = isolation.stream_for_thread(device)
             with torch.cuda.stream(side):
                 result = fn(params)
             side.synchronize()

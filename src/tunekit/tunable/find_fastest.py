@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from . import isolation
 from .context import TuningSettings
 from .params import OpParams
 from .screen import MAX_INPUT_SETS, input_sets
@@ -50,5 +51,8 @@ __all__ = ["find_fastest", "TuningReport", "MIN_ROUNDS", "MAX_ROUNDS", "MAX_INPU
 
 def find_fastest(op, params: OpParams, settings: TuningSettings, *, clock: Callable[[], float] = time.perf_counter,
                  timer: Timer | None = None) -> TuningReport:
-    """Tune ``op`` for ``params`` in this call (never touching the user's buffers). See the module docstring."""
-    return TuningSession(op, params, settings, clock=clock, timer=timer).run()
+    """Tune ``op`` for ``params`` in this call (never touching the user's buffers). See the module docstring.
+    The thread is RELAXED meanwhile (``isolation.relaxed``): a capture in another thread in global mode does
+    not refuse the tuning's allocations and synchronizations."""
+    with isolation.relaxed():
+        return TuningSession(op, params, settings, clock=clock, timer=timer).run()

@@ -17,12 +17,15 @@ Rotation over several input sets (cold L2) is the caller's ``fn``: see ``find_fa
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
+
+from . import isolation
 
 __all__ = ["Timer", "CpuTimer", "CudaEventTimer", "CudaQueuedTimer", "CudaGraphTimer", "SpinSizer",
            "queued_measure", "sleep_cycles_per_ms", "make_timer", "l2_cache_bytes"]
@@ -323,17 +326,27 @@ class CudaGraphTimer(CudaQueuedTimer):
         return measure_replay
 
     def _capture(self, fn, reps):
+        """The graph of ``fn`` x ``reps``, captured on this thread's own stream (``isolation``: never a pooled
+        stream or torch.cuda.graph's shared default capture stream, either of which a user's capture in
+        another thread may be using), in thread_local mode (other threads' CUDA calls stay legal meanwhile).
+        Not ``torch.cuda.graph()``: its entry synchronizes the device and empties torch's cache, and torch's
+        allocator refuses to empty it while any thread captures."""
         graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
+        side = isolation.stream_for_thread(self.device)
+        current = torch.cuda.current_stream(self.device)
+        side.wait_stream(current)
         with torch.cuda.stream(side):
             fn()  # warm-up on the capture stream, as torch.cuda.graphs recommends
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        # thread_local: other threads' CUDA calls stay legal while tuning captures (global mode would
-        # make, e.g., another thread's cudaMalloc fail mid-capture)
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            for _ in range(reps):
-                fn()
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                for _ in range(reps):
+                    fn()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the run's own error is the one to report
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+        current.wait_stream(side)
         return graph
 
 

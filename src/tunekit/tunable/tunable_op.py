@@ -30,7 +30,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import context, fast_path, preparations, shipped, validators
+from . import context, fast_path, isolation, preparations, shipped, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
 from .session import TuningSession
@@ -230,7 +230,7 @@ class TunableOp:
         if device.type not in TUNED_DEVICES:  # meta, mps, xla, ...: nothing to time, nothing to store
             return Resolution(self.default, f"{device.type} tensors run the default (only CPU and CUDA are tuned)",
                               "", device.type)
-        with TUNING_LOCK:
+        with TUNING_LOCK, isolation.relaxed():  # a capture in another thread refuses none of tuning's calls
             signature = params.signature()
             name = validators.device_name(device)
             decided = self._decided.setdefault(s.cache_id, {})

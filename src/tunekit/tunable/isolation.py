@@ -1,0 +1,112 @@
+"""How tunekit's CUDA work stays out of a user's CUDA graph captures: streams of its own, and the calling
+thread's capture mode RELAXED while it works.
+
+tunekit works beside the user's threads: tuning times candidates (eager launches, CUDA-graph captures of its
+own, synchronizations, allocations) on the caller's thread; a session's warm-ups and the kernels' builds run
+on worker threads. Any other thread of the user's may be capturing a graph meanwhile.
+
+**Streams.** A stream any other code can be handed is a hazard:
+
+- ``torch.cuda.Stream()`` takes the next of a pool of 32 streams per device and priority, round robin: after 31
+  other requests it hands out the stream the user is capturing on, and tunekit's launches join (and break) the
+  user's graph (H100, ``tests/backends/test_capture_safety.py``);
+- ``torch.cuda.graph(g)`` without ``stream=`` captures on one stream shared by the whole process
+  (``torch.cuda.graph.default_capture_stream``): a user capturing that way on one thread while tuning captures on
+  another puts both captures on one stream.
+
+A stream made here with ``cuStreamCreate`` belongs to nobody else. It is non-blocking (no implicit
+synchronization with the legacy default stream, which torch's default stream is: a capture forbids that), made in
+the device's primary context (the one torch uses) pushed for the call, so any thread may ask, whatever its
+current context. Each thread gets its own (:func:`stream_for_thread`); streams are made, never destroyed.
+
+**Capture mode.** While any thread captures in the default (global) mode, the driver refuses "unsafe" calls
+(``cudaMalloc``, a device synchronization, a module load) from every thread whose mode is not RELAXED, and
+invalidates that capture. :func:`relaxed` makes the calling thread RELAXED for a block: its calls are neither
+refused nor captured, and what it launches on its own (non-capturing) streams runs as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import threading
+
+import torch
+
+__all__ = ["create_handle", "new_stream", "stream_for_thread", "relaxed"]
+
+#: cuStreamCreate's flag (cuda.h): no implicit synchronization with the legacy default stream
+STREAM_NON_BLOCKING = 1
+#: CUstreamCaptureMode (cuda.h): a RELAXED thread may make calls a capture forbids while a stream is captured
+CAPTURE_MODE_RELAXED = 2
+
+_local = threading.local()
+
+
+@functools.lru_cache(maxsize=None)
+def _libcuda():
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise RuntimeError("no CUDA driver library (libcuda) could be loaded")
+
+
+def _check(result: int, what: str) -> None:
+    if int(result) != 0:
+        raise RuntimeError(f"{what} failed: CUresult {int(result)}")
+
+
+def create_handle(index: int, driver=None) -> int:
+    """A new non-blocking stream of device ``index``'s primary context (its ``CUstream`` as an int). The
+    context is retained (torch holds it for the process too) and pushed only for the call: the thread's
+    current context, if any, is current again afterwards, whether or not the creation failed."""
+    driver = driver or _libcuda()
+    device, context, stream = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
+    _check(driver.cuDeviceGet(ctypes.byref(device), int(index)), f"cuDeviceGet({index})")
+    _check(driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), f"cuDevicePrimaryCtxRetain({index})")
+    _check(driver.cuCtxPushCurrent_v2(context), "cuCtxPushCurrent")
+    try:
+        _check(driver.cuStreamCreate(ctypes.byref(stream), STREAM_NON_BLOCKING), "cuStreamCreate")
+    finally:
+        driver.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+    return int(stream.value or 0)
+
+
+def new_stream(device: torch.device) -> torch.cuda.ExternalStream:
+    """A new stream of tunekit's own on ``device`` (see the module docstring)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.cuda.ExternalStream(create_handle(index), device=torch.device("cuda", index))
+
+
+def stream_for_thread(device: torch.device) -> torch.cuda.ExternalStream:
+    """This thread's own stream on ``device``, made on first use: two threads never share one (two captures, or
+    a capture and a worker's launches, on one stream would mix)."""
+    streams = _local.__dict__.setdefault("streams", {})
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = streams.get(index)
+    if stream is None:
+        stream = streams[index] = new_stream(torch.device("cuda", index))
+    return stream
+
+
+@contextlib.contextmanager
+def relaxed(driver=None):
+    """A block whose driver calls (``cudaMalloc``, synchronizations, module loads) a graph capture in progress,
+    in any thread, neither refuses nor is invalidated by: the calling thread's capture mode is RELAXED inside,
+    the mode it had restored after. These calls are not captured (an allocation or a load is never part of a
+    graph); what the block launches on a capturing stream still is. Before CUDA is initialised there is no
+    capture to protect and nothing is changed (``driver``: tests pass a fake)."""
+    if driver is None:
+        if not torch.cuda.is_initialized():
+            yield
+            return
+        driver = _libcuda()
+    mode = ctypes.c_int(CAPTURE_MODE_RELAXED)
+    _check(driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)), "cuThreadExchangeStreamCaptureMode")
+    try:  # mode now holds the thread's mode before
+        yield
+    finally:
+        driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))

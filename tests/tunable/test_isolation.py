@@ -1,0 +1,141 @@
+"""tunekit's own CUDA streams and the thread's RELAXED capture mode (tunable/isolation.py), against a fake
+driver on the CPU: the calls in order, the context popped and the mode restored whatever fails; a session's
+work runs RELAXED. On a GPU: tests/backends/test_capture_safety.py."""
+
+import ctypes
+import threading
+
+import pytest
+import torch
+
+from tunekit.tunable import isolation, tuning
+from tunekit.tunable.find_fastest import find_fastest
+
+from fakes import FakeClock, ScaleParams, make_op
+
+
+class FakeDriver:
+    """The driver calls isolation makes, recorded; ``fail`` names one that returns an error (CUresult 1)."""
+
+    def __init__(self, fail: str | None = None, previous_mode: int = 0):
+        self.calls, self.fail, self.mode = [], fail, previous_mode
+
+    def _result(self, name, *args):
+        self.calls.append((name, *args))
+        return 1 if name == self.fail else 0
+
+    def cuDeviceGet(self, device, index):
+        ctypes.cast(device, ctypes.POINTER(ctypes.c_int))[0] = 10 + index
+        return self._result("cuDeviceGet", index)
+
+    def cuDevicePrimaryCtxRetain(self, context, device):
+        ctypes.cast(context, ctypes.POINTER(ctypes.c_void_p))[0] = 0xC0
+        return self._result("cuDevicePrimaryCtxRetain", device.value)
+
+    def cuCtxPushCurrent_v2(self, context):
+        return self._result("push", context.value)
+
+    def cuCtxPopCurrent_v2(self, out):
+        return self._result("pop")
+
+    def cuStreamCreate(self, stream, flags):
+        ctypes.cast(stream, ctypes.POINTER(ctypes.c_void_p))[0] = 0x5EA
+        return self._result("cuStreamCreate", flags)
+
+    def cuThreadExchangeStreamCaptureMode(self, mode):
+        value = ctypes.cast(mode, ctypes.POINTER(ctypes.c_int))
+        self.calls.append(("exchange", value[0]))
+        value[0], self.mode = self.mode, value[0]
+        return 1 if self.fail == "exchange" else 0
+
+
+def test_a_stream_is_made_non_blocking_in_the_devices_primary_context_pushed_for_the_call():
+    driver = FakeDriver()
+    assert isolation.create_handle(1, driver) == 0x5EA
+    assert driver.calls == [("cuDeviceGet", 1), ("cuDevicePrimaryCtxRetain", 11), ("push", 0xC0),
+                            ("cuStreamCreate", isolation.STREAM_NON_BLOCKING), ("pop",)]
+
+
+def test_the_context_is_popped_when_the_stream_cannot_be_made():
+    driver = FakeDriver(fail="cuStreamCreate")
+    with pytest.raises(RuntimeError, match="cuStreamCreate"):
+        isolation.create_handle(0, driver)
+    assert driver.calls[-1] == ("pop",)
+
+
+@pytest.mark.parametrize("fail", ["cuDeviceGet", "cuDevicePrimaryCtxRetain", "push"])
+def test_nothing_is_popped_that_was_not_pushed(fail):
+    driver = FakeDriver(fail=fail)
+    with pytest.raises(RuntimeError):
+        isolation.create_handle(0, driver)
+    assert ("pop",) not in driver.calls and ("cuStreamCreate", 1) not in [c[:2] for c in driver.calls]
+
+
+def test_relaxed_sets_the_mode_and_restores_the_one_before_even_when_the_block_raises():
+    driver = FakeDriver(previous_mode=1)  # the thread was THREAD_LOCAL
+    with isolation.relaxed(driver):
+        assert driver.mode == isolation.CAPTURE_MODE_RELAXED
+    assert driver.mode == 1 and driver.calls == [("exchange", 2), ("exchange", 1)]
+    with pytest.raises(ValueError), isolation.relaxed(driver):
+        raise ValueError("the block's own error")
+    assert driver.mode == 1
+
+
+def test_relaxed_reports_a_driver_that_refuses_and_runs_no_block():
+    with pytest.raises(RuntimeError, match="cuThreadExchangeStreamCaptureMode"), \
+            isolation.relaxed(FakeDriver(fail="exchange")):
+        pytest.fail("the block ran")
+
+
+def test_relaxed_before_cuda_is_initialised_touches_no_driver(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(isolation, "_libcuda", lambda: pytest.fail("the driver was loaded"))
+    with isolation.relaxed():
+        pass
+
+
+def test_each_thread_has_its_own_stream_made_once(monkeypatch):
+    made = []
+    monkeypatch.setattr(isolation, "new_stream", lambda device: made.append(device) or object())
+    device = torch.device("cuda", 0)
+    mine = isolation.stream_for_thread(device)
+    assert isolation.stream_for_thread(device) is mine
+    theirs = []
+    t = threading.Thread(target=lambda: theirs.append(isolation.stream_for_thread(device)))
+    t.start()
+    t.join()
+    assert theirs[0] is not mine and len(made) == 2
+    assert isolation.stream_for_thread(torch.device("cuda", 1)) is not mine and len(made) == 3
+
+
+class Recording:
+    """isolation.relaxed's stand-in: how deep in it the calling code is."""
+    depth = 0
+
+    def __enter__(self):
+        type(self).depth += 1
+
+    def __exit__(self, *exc):
+        type(self).depth -= 1
+
+
+def test_tuning_online_and_offline_runs_with_the_thread_relaxed(monkeypatch):
+    """A signature's tuning (resolve: the session made, its work, the decision; find_fastest alike) runs inside
+    isolation.relaxed: a user's capture in another thread neither refuses its allocations and synchronizations
+    nor breaks. What the op's candidates ran under, and whether the mode was left after."""
+    monkeypatch.setattr(isolation, "relaxed", Recording)
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 2.0, "fast": 1.0})
+    op.clock = clock  # the online sessions' clock
+    depths = []
+    for c in op.candidates:
+        run = c.run
+        c.run = lambda p, run=run: depths.append(Recording.depth) or run(p)
+    x = torch.randn(64)
+    with tuning(max_tuning_ms=1e6) as s:
+        report = find_fastest(op, ScaleParams(x), s, clock=clock)
+        assert report.choice == "fast" and depths and set(depths) == {1}
+        depths.clear()
+        r = op.resolve(ScaleParams(torch.randn(65)), s, finish=True)
+        assert r.candidate.name == "fast", r.why
+    assert depths and set(depths) == {1} and Recording.depth == 0
