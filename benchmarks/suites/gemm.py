@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -273,10 +272,6 @@ def _ratio(base, t):
     return "–" if not base or not t else f"{base / t:.2f}x"
 
 
-def _geomean(values):
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
-
-
 def goals(rows) -> list[str]:
     """The issue's goals, each with its measured value and PASS / MISS."""
     def speedup(r, who="tunekit"):
@@ -294,7 +289,7 @@ def goals(rows) -> list[str]:
             items.append((f"{name} >= {target}x cuBLAS", f"{speedup(by[name]):.2f}x", speedup(by[name]) >= target))
     for label, values, target in (("aligned M >= 1024 geomean >= 1.08x", aligned, 1.08),
                                   ("decode M <= 16 geomean >= 1.10x", decode, 1.10)):
-        g = _geomean(values)
+        g = statistics.geometric_mean(values) if values else None
         if g is not None:
             items.append((label, f"{g:.3f}x over {len(values)} shapes", g >= target))
     fused = [r["fused"]["ratio"] for r in rows if "fused" in r]

@@ -1,7 +1,7 @@
 """What the GEMM tests share: fresh random operands in every layout, a float64 reference and the
 bound a correct fp32-accumulating GEMM meets (independent of tunekit's own numerical check).
 
-Bound per element (as ``tests/kernels/test_triton_gemm.py``), against the float64 result of the same
+Bound per element (as ``tests/triton_gemm_checks.py``), against the float64 result of the same
 (already rounded) inputs::
 
     |out - ref| <= (eps_out + 8 eps32) |ref| + (2 sqrt(K) + 4) eps_acc * 1.2 * scale + tiny_out
