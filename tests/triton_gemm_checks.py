@@ -6,24 +6,13 @@ kernels modules are imported): sizes stay <= 65 and tiles at 16, so every case s
 tiles, masked tails in M, N and K, and several K steps. Outputs start as NaN (an element the
 kernel never writes fails), inputs are random normals (never zeros).
 
-Tolerance (``check``), per element, against the float64 result of the same (already rounded) inputs:
-
-    |out - ref| <= (eps_out + 8 eps_f32) |ref| + (2 sqrt(K) + 4) eps_f32 * 1.2 * scale + tiny_out
-
-- eps_out |ref|: the single rounding to out's dtype (plus a few fp32 ulps of the activation);
-- scale = |alpha| (|A| @ |B|) + |beta| |C| + |bias|: fp32 accumulation error grows like sqrt(K)
-  relative to the sum of |products| (not to |ref|, which can cancel to ~0); 16-bit products are
-  exact in fp32; 1.2 bounds the activations' slope (gelu's max slope is 1.13);
-- tiny_out: half the smallest subnormal step of out's dtype (silu/gelu tails underflow in fp16).
-NaN must be exactly where the reference has NaN.
+The tolerance (``check``): ``tests/gemm_checks.py``, with the kernels' bias in the error scale.
 """
 
-import math
 import os
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 triton = pytest.importorskip("triton")
 if not torch.cuda.is_available():
@@ -31,10 +20,9 @@ if not torch.cuda.is_available():
 
 from tunekit.kernels.triton import gemm, gemm_tma  # noqa: E402
 
-NAN = float("nan")
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-ACTS = {"none": lambda x: x, "relu": torch.relu, "silu": F.silu, "gelu": F.gelu,
-        "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+import gemm_checks  # noqa: E402
+from gemm_checks import ACTS, DTYPES, NAN, nans, randn  # noqa: E402,F401
+
 #: warnings of numpy inside Triton's interpreter, filtered by the test modules
 FILTERS = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
            pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
@@ -120,45 +108,9 @@ def launch(kind, a, b, out, c=None, bias=None, alpha=1.0, beta=1.0, act="none", 
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# reference and comparison
-# --------------------------------------------------------------------------------------------------
-
-
-def reference(a, b, c=None, bias=None, alpha=1.0, beta=1.0, act="none"):
-    """float64 result and the error scale (|alpha| |A|@|B| + |beta| |C| + |bias|)."""
-    a64, b64 = a.double(), b.double()
-    y = alpha * (a64 @ b64)
-    scale = abs(alpha) * (a64.abs() @ b64.abs())
-    if c is not None and beta != 0:
-        y = y + beta * c.double()
-        scale = scale + abs(beta) * c.double().abs()
-    if bias is not None:
-        y = y + bias.double()
-        scale = scale + bias.double().abs()
-    return ACTS[act](y), scale
-
-
 def check(out, a, b, c=None, bias=None, alpha=1.0, beta=1.0, act="none"):
-    ref, scale = reference(a, b, c, bias, alpha, beta, act)
-    K = a.shape[-1]
-    fin = torch.finfo(out.dtype)
-    eps32 = torch.finfo(torch.float32).eps
-    allowed = ((fin.eps + 8 * eps32) * ref.abs() + (2 * math.sqrt(K) + 4) * eps32 * 1.2 * scale
-               + fin.smallest_normal * fin.eps)
-    got = out.double().cpu()
-    ref, allowed = ref.cpu(), allowed.cpu()
-    assert got.shape == ref.shape
-    nan_got, nan_ref = got.isnan(), ref.isnan()
-    assert not (nan_got & ~nan_ref).any(), f"{int((nan_got & ~nan_ref).sum())} NaN where the reference is not"
-    assert not (nan_ref & ~nan_got).any(), f"{int((nan_ref & ~nan_got).sum())} not NaN where the reference is"
-    inf_bad = (got.isinf() | ref.isinf()) & (got != ref)
-    assert not inf_bad.any(), f"{int(inf_bad.sum())} elements differ in infinities"
-    err = (got - ref).abs().nan_to_num(0.0)
-    excess = (err - allowed).nan_to_num(0.0)
-    i = int(excess.argmax())
-    assert excess.flatten()[i] <= 0, (f"{int((excess > 0).sum())} elements off; worst at {i}: "
-                                      f"{got.flatten()[i]} vs {ref.flatten()[i]} (allowed {allowed.flatten()[i]:.3g})")
+    """gemm_checks.check with the kernels' argument order (c, bias, alpha, beta, act)."""
+    gemm_checks.check(out, a, b, c, alpha, beta, act, bias=bias)
 
 
 @pytest.fixture
@@ -169,15 +121,6 @@ def device():
     if not gemm.INTERPRETED:
         pytest.skip("kernels module was imported before TRITON_INTERPRET=1 was set; they cannot run on CPU")
     return torch.device("cpu")
-
-
-def randn(shape, dtype, device, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=g).to(dtype).to(device)
-
-
-def nans(shape, dtype, device):
-    return torch.full(shape, NAN, dtype=dtype, device=device)
 
 
 def operands(M, N, K, dtype, device, batch=None, seed=0):

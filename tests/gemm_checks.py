@@ -1,11 +1,11 @@
-"""What the GEMM tests share: fresh random operands in every layout, a float64 reference and the
+"""What the GEMM tests share (tests/ops/test_gemm_*.py, and the Triton kernels' through triton_gemm_checks.py): fresh random operands in every layout, a float64 reference and the
 bound a correct fp32-accumulating GEMM meets (independent of tunekit's own numerical check).
 
-Bound per element (as ``tests/triton_gemm_checks.py``), against the float64 result of the same
+Bound per element, against the float64 result of the same
 (already rounded) inputs::
 
     |out - ref| <= (eps_out + 8 eps32) |ref| + (2 sqrt(K) + 4) eps_acc * 1.2 * scale + tiny_out
-    scale = |alpha| (|A| @ |B|) + |beta| |C|
+    scale = |alpha| (|A| @ |B|) + |beta| |C| + |bias|
 
 eps_acc is float32's eps, or 2**-10 with TF32 (inputs rounded to 10 mantissa bits; GPU only). NaN
 must sit exactly where the reference has NaN, infinities match in place and sign.
@@ -14,26 +14,16 @@ must sit exactly where the reference has NaN, infinities match in place and sign
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import torch.nn.functional as F
+
+from elementwise_checks import triton_on_cpu  # noqa: F401 - the GEMM tests take it from here
 
 NAN = float("nan")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 ACTS = {"none": lambda x: x, "relu": torch.relu, "silu": F.silu, "gelu": F.gelu,
         "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
-
-
-def triton_on_cpu() -> str | None:
-    """None when Triton candidates can run on CPU tensors (installed, interpreter on), else why not."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return "triton is not installed"
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        return "TRITON_INTERPRET is not 1"
-    return None
 
 
 def randn(shape, dtype=torch.float32, device="cpu", seed=0) -> torch.Tensor:
@@ -67,20 +57,23 @@ def matrix(rows, cols, dtype=torch.float32, device="cpu", layout="row", seed=0, 
     raise ValueError(layout)
 
 
-def reference(a, b, c=None, alpha=1.0, beta=1.0, act="none"):
-    """float64 result of ACT(alpha * a @ b + beta * c) and its error scale."""
+def reference(a, b, c=None, alpha=1.0, beta=1.0, act="none", bias=None):
+    """float64 result of ACT(alpha * a @ b + beta * c + bias) and its error scale."""
     a64, b64 = a.double(), b.double()
     y = alpha * (a64 @ b64)
     scale = abs(alpha) * (a64.abs() @ b64.abs())
     if c is not None and beta != 0:
         y = y + beta * c.double()
         scale = scale + abs(beta) * c.double().abs()
+    if bias is not None:
+        y = y + bias.double()
+        scale = scale + bias.double().abs()
     return ACTS[act](y), scale
 
 
-def bound(a, b, c=None, alpha=1.0, beta=1.0, act="none", tf32=False, out_dtype=None):
+def bound(a, b, c=None, alpha=1.0, beta=1.0, act="none", tf32=False, out_dtype=None, bias=None):
     """(float64 reference, allowed error per element) on a's device (module docstring)."""
-    ref, scale = reference(a, b, c, alpha, beta, act)
+    ref, scale = reference(a, b, c, alpha, beta, act, bias)
     K = a.shape[-1]
     fin = torch.finfo(out_dtype or a.dtype)
     eps32 = torch.finfo(torch.float32).eps
@@ -108,9 +101,9 @@ def within(out, ref, allowed) -> None:
                                           f"(allowed {float(allowed.flatten()[i]):.3g})")
 
 
-def check(out, a, b, c=None, alpha=1.0, beta=1.0, act="none", tf32=False) -> None:
-    """Assert ``out`` is a correct ACT(alpha * a @ b + beta * c) in out's dtype (module docstring)."""
-    within(out, *bound(a, b, c, alpha, beta, act, tf32, out.dtype))
+def check(out, a, b, c=None, alpha=1.0, beta=1.0, act="none", tf32=False, bias=None) -> None:
+    """Assert ``out`` is a correct ACT(alpha * a @ b + beta * c + bias) in out's dtype (module docstring)."""
+    within(out, *bound(a, b, c, alpha, beta, act, tf32, out.dtype, bias))
 
 
 def run_checked(candidate, p):
