@@ -216,3 +216,25 @@ def test_a_device_bound_choice_measures_no_other_candidates_host_time():
     assert choice.calls == 8 and other.calls == 0 and report.choice == "choice"
     decide(1e-6)  # a nanosecond kernel: host-bound, so both are measured
     assert other.calls > 0 and choice.calls > 8
+
+
+def test_a_candidate_that_cannot_be_captured_is_timed_eagerly_with_a_warning():
+    """A graph timer whose capture fails for one candidate (here: every "fast" capture): the session times on
+    eager launches from then on and says so, naming the candidate; the choice is still the fastest."""
+    from tunekit.tunable import TunekitWarning
+    from tunekit.tunable.timing import CpuTimer
+
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 2.0, "fast": 1.0, "medium": 1.5})
+
+    class CapturingTimer(CpuTimer):
+        def prepare(self, fn, reps):
+            before = dict(op.runs)
+            fn()  # the capture's warm-up run: which candidate it is
+            if op.runs["fast"] > before.get("fast", 0):
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return super().prepare(fn, reps)
+
+    with tuning() as s, pytest.warns(TunekitWarning, match="fast could not be timed in a CUDA graph"):
+        report = find_fastest(op, ScaleParams(torch.randn(100)), s, clock=clock, timer=CapturingTimer(clock))
+    assert report.choice == "fast" and report.complete

@@ -1,6 +1,6 @@
-"""tunekit's own CUDA streams and the thread's RELAXED capture mode (tunable/isolation.py), against a fake
-driver on the CPU: the calls in order, the context popped and the mode restored whatever fails; a session's
-work runs RELAXED. On a GPU: tests/backends/test_capture_safety.py."""
+"""tunekit's own CUDA streams and the thread's capture modes (tunable/isolation.py), against a fake driver on
+the CPU: the calls in order, the context popped and the mode restored whatever fails; tuning runs THREAD_LOCAL.
+On a GPU: tests/backends/test_capture_safety.py."""
 
 import ctypes
 import threading
@@ -71,26 +71,41 @@ def test_nothing_is_popped_that_was_not_pushed(fail):
     assert ("pop",) not in driver.calls and ("cuStreamCreate", 1) not in [c[:2] for c in driver.calls]
 
 
-def test_relaxed_sets_the_mode_and_restores_the_one_before_even_when_the_block_raises():
-    driver = FakeDriver(previous_mode=1)  # the thread was THREAD_LOCAL
-    with isolation.relaxed(driver):
-        assert driver.mode == isolation.CAPTURE_MODE_RELAXED
-    assert driver.mode == 1 and driver.calls == [("exchange", 2), ("exchange", 1)]
-    with pytest.raises(ValueError), isolation.relaxed(driver):
+MODES = [(isolation.relaxed, isolation.CAPTURE_MODE_RELAXED), (isolation.apart, isolation.CAPTURE_MODE_THREAD_LOCAL)]
+
+
+@pytest.mark.parametrize("block, mode", MODES, ids=["relaxed", "apart"])
+def test_a_mode_is_set_and_the_one_before_restored_even_when_the_block_raises(block, mode):
+    driver = FakeDriver(previous_mode=0)  # the thread was GLOBAL, the default
+    with block(driver):
+        assert driver.mode == mode
+    assert driver.mode == 0 and driver.calls == [("exchange", mode), ("exchange", 0)]
+    with pytest.raises(ValueError), block(driver):
         raise ValueError("the block's own error")
-    assert driver.mode == 1
+    assert driver.mode == 0
 
 
-def test_relaxed_reports_a_driver_that_refuses_and_runs_no_block():
-    with pytest.raises(RuntimeError, match="cuThreadExchangeStreamCaptureMode"), \
-            isolation.relaxed(FakeDriver(fail="exchange")):
+def test_modes_nest_each_restoring_the_one_it_found():
+    """resolve runs apart (THREAD_LOCAL); a backend's load inside it runs relaxed, then apart again."""
+    driver = FakeDriver(previous_mode=0)
+    with isolation.apart(driver):
+        with isolation.relaxed(driver):
+            assert driver.mode == isolation.CAPTURE_MODE_RELAXED
+        assert driver.mode == isolation.CAPTURE_MODE_THREAD_LOCAL
+    assert driver.mode == 0
+
+
+@pytest.mark.parametrize("block", [m[0] for m in MODES], ids=["relaxed", "apart"])
+def test_a_driver_that_refuses_the_mode_is_reported_and_no_block_runs(block):
+    with pytest.raises(RuntimeError, match="cuThreadExchangeStreamCaptureMode"), block(FakeDriver(fail="exchange")):
         pytest.fail("the block ran")
 
 
-def test_relaxed_before_cuda_is_initialised_touches_no_driver(monkeypatch):
+@pytest.mark.parametrize("block", [m[0] for m in MODES], ids=["relaxed", "apart"])
+def test_before_cuda_is_initialised_no_driver_is_touched(block, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(isolation, "_libcuda", lambda: pytest.fail("the driver was loaded"))
-    with isolation.relaxed():
+    with block():
         pass
 
 
@@ -109,7 +124,7 @@ def test_each_thread_has_its_own_stream_made_once(monkeypatch):
 
 
 class Recording:
-    """isolation.relaxed's stand-in: how deep in it the calling code is."""
+    """isolation.apart's stand-in: how deep in it the calling code is."""
     depth = 0
 
     def __enter__(self):
@@ -119,11 +134,12 @@ class Recording:
         type(self).depth -= 1
 
 
-def test_tuning_online_and_offline_runs_with_the_thread_relaxed(monkeypatch):
+def test_tuning_online_and_offline_runs_apart_from_other_threads_captures(monkeypatch):
     """A signature's tuning (resolve: the session made, its work, the decision; find_fastest alike) runs inside
-    isolation.relaxed: a user's capture in another thread neither refuses its allocations and synchronizations
-    nor breaks. What the op's candidates ran under, and whether the mode was left after."""
-    monkeypatch.setattr(isolation, "relaxed", Recording)
+    isolation.apart (THREAD_LOCAL): another thread's capture does not refuse its allocations and synchronizations,
+    while its own graph captures still fail on a candidate that cannot be captured. What the op's candidates ran
+    under, and whether the mode was left after."""
+    monkeypatch.setattr(isolation, "apart", Recording)
     clock = FakeClock()
     op = make_op(clock, {"ref": 2.0, "fast": 1.0})
     op.clock = clock  # the online sessions' clock

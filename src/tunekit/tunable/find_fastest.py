@@ -52,7 +52,7 @@ __all__ = ["find_fastest", "TuningReport", "MIN_ROUNDS", "MAX_ROUNDS", "MAX_INPU
 def find_fastest(op, params: OpParams, settings: TuningSettings, *, clock: Callable[[], float] = time.perf_counter,
                  timer: Timer | None = None) -> TuningReport:
     """Tune ``op`` for ``params`` in this call (never touching the user's buffers). See the module docstring.
-    The thread is RELAXED meanwhile (``isolation.relaxed``): a capture in another thread in global mode does
-    not refuse the tuning's allocations and synchronizations."""
-    with isolation.relaxed():
+    The thread is THREAD_LOCAL meanwhile (``isolation.apart``): a capture in another thread in global mode does
+    not refuse the tuning's allocations and synchronizations (two captures at once stay unsafe: see there)."""
+    with isolation.apart():
         return TuningSession(op, params, settings, clock=clock, timer=timer).run()

@@ -19,10 +19,18 @@ synchronization with the legacy default stream, which torch's default stream is:
 the device's primary context (the one torch uses) pushed for the call, so any thread may ask, whatever its
 current context. Each thread gets its own (:func:`stream_for_thread`); streams are made, never destroyed.
 
-**Capture mode.** While any thread captures in the default (global) mode, the driver refuses "unsafe" calls
-(``cudaMalloc``, a device synchronization, a module load) from every thread whose mode is not RELAXED, and
-invalidates that capture. :func:`relaxed` makes the calling thread RELAXED for a block: its calls are neither
-refused nor captured, and what it launches on its own (non-capturing) streams runs as usual.
+**Capture modes.** While a thread captures in the default (global) mode, the driver refuses "unsafe" calls
+(``cudaMalloc``, a device synchronization, a module load) from every thread whose own mode is GLOBAL (the
+default), and invalidates that capture. :func:`apart` makes the calling thread THREAD_LOCAL for a block: other
+threads' captures no longer refuse its calls, while a capture of its own still does (tuning's graph timing
+relies on that: a candidate that cannot be captured fails its capture and is timed eagerly, never from an
+incomplete graph). :func:`relaxed` makes it RELAXED: nothing is refused, not even during its own capture; the
+backends' module loads and allocations use it (a tunekit op met inside the user's capture may load a kernel).
+
+What this does not make safe: two captures at once in two threads. torch keeps one random-number generator
+state per device that every capture registers with; on an H200 a user's capture beside a whole tuning with
+graph timing on another thread failed and left that state capturing for the rest of the process
+(``benchmarks/results/gpu_tests-2026-11-27-H100_H200.txt``).
 """
 
 from __future__ import annotations
@@ -34,12 +42,13 @@ import threading
 
 import torch
 
-__all__ = ["create_handle", "new_stream", "stream_for_thread", "relaxed"]
+__all__ = ["create_handle", "new_stream", "stream_for_thread", "apart", "relaxed"]
 
 #: cuStreamCreate's flag (cuda.h): no implicit synchronization with the legacy default stream
 STREAM_NON_BLOCKING = 1
-#: CUstreamCaptureMode (cuda.h): a RELAXED thread may make calls a capture forbids while a stream is captured
-CAPTURE_MODE_RELAXED = 2
+#: CUstreamCaptureMode (cuda.h): a THREAD_LOCAL thread is refused unsafe calls by its own captures only; a RELAXED
+#: thread by none
+CAPTURE_MODE_THREAD_LOCAL, CAPTURE_MODE_RELAXED = 1, 2
 
 _local = threading.local()
 
@@ -93,20 +102,30 @@ def stream_for_thread(device: torch.device) -> torch.cuda.ExternalStream:
 
 
 @contextlib.contextmanager
-def relaxed(driver=None):
-    """A block whose driver calls (``cudaMalloc``, synchronizations, module loads) a graph capture in progress,
-    in any thread, neither refuses nor is invalidated by: the calling thread's capture mode is RELAXED inside,
-    the mode it had restored after. These calls are not captured (an allocation or a load is never part of a
-    graph); what the block launches on a capturing stream still is. Before CUDA is initialised there is no
-    capture to protect and nothing is changed (``driver``: tests pass a fake)."""
+def _capture_mode(mode: int, driver=None):
+    """The calling thread's capture mode ``mode`` for a block, the mode it had restored after. Before CUDA is
+    initialised there is no capture to protect and nothing is changed (``driver``: tests pass a fake)."""
     if driver is None:
         if not torch.cuda.is_initialized():
             yield
             return
         driver = _libcuda()
-    mode = ctypes.c_int(CAPTURE_MODE_RELAXED)
-    _check(driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)), "cuThreadExchangeStreamCaptureMode")
-    try:  # mode now holds the thread's mode before
+    value = ctypes.c_int(mode)
+    _check(driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(value)), "cuThreadExchangeStreamCaptureMode")
+    try:  # value now holds the thread's mode before
         yield
     finally:
-        driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))
+        driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(value))
+
+
+def apart(driver=None):
+    """A block whose calls another thread's capture neither refuses nor is invalidated by, while the thread's own
+    captures still refuse unsafe calls (THREAD_LOCAL): how tuning runs."""
+    return _capture_mode(CAPTURE_MODE_THREAD_LOCAL, driver)
+
+
+def relaxed(driver=None):
+    """A block whose driver calls (module loads, ``cudaMalloc``) no capture in progress, in any thread or this
+    one, refuses or is invalidated by (RELAXED). These calls are not captured (a load or an allocation is never
+    part of a graph); what the block launches on a capturing stream still is."""
+    return _capture_mode(CAPTURE_MODE_RELAXED, driver)

@@ -328,9 +328,10 @@ class CudaGraphTimer(CudaQueuedTimer):
     def _capture(self, fn, reps):
         """The graph of ``fn`` x ``reps``, captured on this thread's own stream (``isolation``: never a pooled
         stream or torch.cuda.graph's shared default capture stream, either of which a user's capture in
-        another thread may be using), in thread_local mode (other threads' CUDA calls stay legal meanwhile).
-        Not ``torch.cuda.graph()``: its entry synchronizes the device and empties torch's cache, and torch's
-        allocator refuses to empty it while any thread captures."""
+        another thread may be using), in thread_local mode (other threads' CUDA calls stay legal meanwhile;
+        this thread's unsafe calls fail the capture, unless the thread was made RELAXED). Not
+        ``torch.cuda.graph()``: its entry synchronizes the device and empties torch's cache, and torch's
+        allocator asserts against emptying it while any thread captures."""
         graph = torch.cuda.CUDAGraph()
         side = isolation.stream_for_thread(self.device)
         current = torch.cuda.current_stream(self.device)

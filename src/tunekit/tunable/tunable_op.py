@@ -230,7 +230,7 @@ class TunableOp:
         if device.type not in TUNED_DEVICES:  # meta, mps, xla, ...: nothing to time, nothing to store
             return Resolution(self.default, f"{device.type} tensors run the default (only CPU and CUDA are tuned)",
                               "", device.type)
-        with TUNING_LOCK, isolation.relaxed():  # a capture in another thread refuses none of tuning's calls
+        with TUNING_LOCK, isolation.apart():  # calls another thread's capture would refuse (not two captures)
             signature = params.signature()
             name = validators.device_name(device)
             decided = self._decided.setdefault(s.cache_id, {})
