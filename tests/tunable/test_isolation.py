@@ -3,6 +3,7 @@ the CPU: the calls in order, the context popped and the mode restored whatever f
 On a GPU: tests/backends/test_capture_safety.py."""
 
 import ctypes
+import gc
 import threading
 
 import pytest
@@ -109,18 +110,36 @@ def test_before_cuda_is_initialised_no_driver_is_touched(block, monkeypatch):
         pass
 
 
-def test_each_thread_has_its_own_stream_made_once(monkeypatch):
-    made = []
-    monkeypatch.setattr(isolation, "new_stream", lambda device: made.append(device) or object())
-    device = torch.device("cuda", 0)
-    mine = isolation.stream_for_thread(device)
-    assert isolation.stream_for_thread(device) is mine
-    theirs = []
-    t = threading.Thread(target=lambda: theirs.append(isolation.stream_for_thread(device)))
+def in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
     t.start()
     t.join()
-    assert theirs[0] is not mine and len(made) == 2
-    assert isolation.stream_for_thread(torch.device("cuda", 1)) is not mine and len(made) == 3
+    return out[0]
+
+
+def test_each_live_thread_has_its_own_stream_and_an_ended_threads_stream_passes_on(monkeypatch):
+    made = []
+    monkeypatch.setattr(isolation, "new_stream", lambda device: made.append(device) or object())
+    monkeypatch.setattr(isolation, "_free", {})
+    device = torch.device("cuda", 0)
+    mine = isolation.stream_for_thread(device)
+    assert isolation.stream_for_thread(device) is mine and len(made) == 1  # made once per thread
+    hold, release, theirs = threading.Event(), threading.Event(), []
+
+    def holder():  # a second live thread: a stream of its own
+        theirs.append(isolation.stream_for_thread(device))
+        hold.set()
+        release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert hold.wait(10) and theirs[0] is not mine and len(made) == 2
+    release.set()
+    t.join()
+    gc.collect()  # the ended thread's local storage, and with it its token, is gone: its stream is free
+    assert in_thread(lambda: isolation.stream_for_thread(device)) is theirs[0] and len(made) == 2
+    assert in_thread(lambda: isolation.stream_for_thread(torch.device("cuda", 1))) is not mine and len(made) == 3
 
 
 class Recording:

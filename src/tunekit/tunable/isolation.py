@@ -17,7 +17,8 @@ on worker threads. Any other thread of the user's may be capturing a graph meanw
 A stream made here with ``cuStreamCreate`` belongs to nobody else. It is non-blocking (no implicit
 synchronization with the legacy default stream, which torch's default stream is: a capture forbids that), made in
 the device's primary context (the one torch uses) pushed for the call, so any thread may ask, whatever its
-current context. Each thread gets its own (:func:`stream_for_thread`); streams are made, never destroyed.
+current context. Each live thread has its own (:func:`stream_for_thread`); a thread's streams pass to later
+threads when it ends; streams are made, never destroyed.
 
 **Capture modes.** While a thread captures in the default (global) mode, the driver refuses "unsafe" calls
 (``cudaMalloc``, a device synchronization, a module load) from every thread whose own mode is GLOBAL (the
@@ -39,6 +40,7 @@ import contextlib
 import ctypes
 import functools
 import threading
+import weakref
 
 import torch
 
@@ -51,6 +53,8 @@ STREAM_NON_BLOCKING = 1
 CAPTURE_MODE_THREAD_LOCAL, CAPTURE_MODE_RELAXED = 1, 2
 
 _local = threading.local()
+_free: dict[int, list] = {}  # device index -> streams of threads that ended
+_free_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,14 +94,33 @@ def new_stream(device: torch.device) -> torch.cuda.ExternalStream:
     return torch.cuda.ExternalStream(create_handle(index), device=torch.device("cuda", index))
 
 
+class _Token:
+    """Held by a thread's local storage alone: collected when the thread ends, handing its streams back."""
+
+
+def _hand_back(held: dict) -> None:
+    with _free_lock:
+        for index, stream in held.items():
+            _free.setdefault(index, []).append(stream)
+
+
 def stream_for_thread(device: torch.device) -> torch.cuda.ExternalStream:
-    """This thread's own stream on ``device``, made on first use: two threads never share one (two captures, or
-    a capture and a worker's launches, on one stream would mix)."""
-    streams = _local.__dict__.setdefault("streams", {})
+    """This thread's own stream on ``device``: two live threads never share one (two captures, or a capture and a
+    worker's launches, on one stream would mix). A thread's streams go back to a free list when it ends and the
+    next thread that needs one takes it, so there are never more streams than threads that used them at once
+    (and the caching allocator's blocks freed on a stream are found again by its next thread)."""
+    held = _local.__dict__.get("held")
+    if held is None:
+        held = _local.held = {}
+        _local.token = _Token()
+        weakref.finalize(_local.token, _hand_back, held)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = streams.get(index)
+    stream = held.get(index)
     if stream is None:
-        stream = streams[index] = new_stream(torch.device("cuda", index))
+        with _free_lock:
+            free = _free.get(index)
+            stream = free.pop() if free else None
+        held[index] = stream = stream if stream is not None else new_stream(torch.device("cuda", index))
     return stream
 
 
