@@ -1,5 +1,5 @@
 """How tunekit's CUDA work stays out of a user's CUDA graph captures: streams of its own, and the calling
-thread's capture mode RELAXED while it works.
+thread's capture mode set while it works (THREAD_LOCAL for tuning, RELAXED for the backends' loads).
 
 tunekit works beside the user's threads: tuning times candidates (eager launches, CUDA-graph captures of its
 own, synchronizations, allocations) on the caller's thread; a session's warm-ups and the kernels' builds run
