@@ -190,3 +190,59 @@ def test_tuning_captures_on_the_threads_own_stream_never_a_pooled_one():
 
     measure = CudaGraphTimer(device).prepare(fn, 3)
     assert seen == [own.cuda_stream] * 4 and measure() > 0  # the warm-up, then the three captured runs
+
+
+def test_a_whole_tuning_on_another_thread_leaves_the_users_capture_whole():
+    """The user's thread holds a capture open (thread_local mode, a random draw in it) while this thread tunes a
+    new signature with graph timing. Tuning's synchronizations wait on streams, never on the device (a device-wide
+    synchronize meanwhile failed and invalidated the user's capture), and its graphs are the driver's, not
+    ``torch.cuda.CUDAGraph`` (whose capture_end took the shared generator out of capture mode, so the user's draw
+    after it raised): H100, ``benchmarks/experiments/concurrent_capture_probe.py``. No eager draw here while the
+    user captures: torch forbids one in any thread then."""
+    import threading
+    import warnings
+
+    import tunekit
+    from tunekit.tunable import results_store, tuning
+
+    x = torch.randn(1 << 16, device="cuda")
+    z = torch.randn(40_000 + uuid.uuid4().int % 997, device="cuda")  # a signature no test has tuned
+    stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+    began, tuned, failures, out = threading.Event(), threading.Event(), [], []
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        (x * 2 + 1).sum()  # warm-up outside the capture
+    torch.cuda.synchronize()
+
+    def user():
+        try:
+            with torch.cuda.stream(stream):
+                graph.capture_begin(capture_error_mode="thread_local")
+                y = x * 2
+                began.set()
+                tuned.wait(120)
+                out.append(y + 1 + 0.0 * torch.randn_like(y))
+                graph.capture_end()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            began.set()
+
+    thread = threading.Thread(target=user)
+    thread.start()
+    began.wait(60)
+    try:
+        with tuning(cuda_graph=True, max_tuning_ms=300), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a candidate timed eagerly is allowed here
+            got = tunekit.silu(z)
+            assert any(f"n={z.numel()}" in e.signature for e in results_store().entries("silu"))
+    finally:
+        tuned.set()
+        thread.join(120)
+    assert not failures, failures
+    x.copy_(torch.randn_like(x))
+    with torch.cuda.stream(stream):
+        graph.replay()
+    stream.synchronize()
+    torch.testing.assert_close(out[0], x * 2 + 1)
+    torch.testing.assert_close(got, torch.nn.functional.silu(z))

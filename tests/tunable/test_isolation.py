@@ -105,7 +105,7 @@ def test_a_driver_that_refuses_the_mode_is_reported_and_no_block_runs(block):
 @pytest.mark.parametrize("block", [m[0] for m in MODES], ids=["relaxed", "apart"])
 def test_before_cuda_is_initialised_no_driver_is_touched(block, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(isolation, "_libcuda", lambda: pytest.fail("the driver was loaded"))
+    monkeypatch.setattr(isolation, "driver_library", lambda: pytest.fail("the driver was loaded"))
     with block():
         pass
 

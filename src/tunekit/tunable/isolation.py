@@ -28,10 +28,13 @@ relies on that: a candidate that cannot be captured fails its capture and is tim
 incomplete graph). :func:`relaxed` makes it RELAXED: nothing is refused, not even during its own capture; the
 backends' module loads and allocations use it (a tunekit op met inside the user's capture may load a kernel).
 
-What this does not make safe: two captures at once in two threads. torch keeps one random-number generator
-state per device that every capture registers with; on an H200 a user's capture beside a whole tuning with
-graph timing on another thread failed and left that state capturing for the rest of the process
-(``benchmarks/results/gpu_tests-2026-11-27-H100_H200.txt``).
+**Beside a user's capture.** Tuning's graphs are captured through the driver (``driver_graph``: a torch graph's
+capture takes the shared random-number generator out of capture mode) and tuning synchronizes streams, never the
+device (a device-wide synchronize fails any capture in progress): a whole tuning beside a user's open capture,
+random draws in it included, leaves that capture whole (``tests/backends/test_capture_safety.py``). What stays
+unsafe is torch's own: ``torch.cuda.graph()``'s entry synchronizes the device, so a user entering it while tuning
+captures on another thread fails, and so does tuning's capture (timed eagerly then, with a warning); no thread may
+draw random numbers eagerly while another captures (``benchmarks/results/concurrent_capture_probe-*``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import weakref
 
 import torch
 
-__all__ = ["create_handle", "new_stream", "stream_for_thread", "apart", "relaxed"]
+__all__ = ["create_handle", "new_stream", "stream_for_thread", "apart", "relaxed", "driver_library", "check"]
 
 #: cuStreamCreate's flag (cuda.h): no implicit synchronization with the legacy default stream
 STREAM_NON_BLOCKING = 1
@@ -58,7 +61,8 @@ _free_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
-def _libcuda():
+def driver_library():
+    """libcuda through ctypes (the library torch already loaded)."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             return ctypes.CDLL(name)
@@ -67,7 +71,8 @@ def _libcuda():
     raise RuntimeError("no CUDA driver library (libcuda) could be loaded")
 
 
-def _check(result: int, what: str) -> None:
+def check(result: int, what: str) -> None:
+    """Raises RuntimeError naming ``what`` unless ``result`` is CUDA_SUCCESS."""
     if int(result) != 0:
         raise RuntimeError(f"{what} failed: CUresult {int(result)}")
 
@@ -76,13 +81,13 @@ def create_handle(index: int, driver=None) -> int:
     """A new non-blocking stream of device ``index``'s primary context (its ``CUstream`` as an int). The
     context is retained (torch holds it for the process too) and pushed only for the call: the thread's
     current context, if any, is current again afterwards, whether or not the creation failed."""
-    driver = driver or _libcuda()
+    driver = driver or driver_library()
     device, context, stream = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
-    _check(driver.cuDeviceGet(ctypes.byref(device), int(index)), f"cuDeviceGet({index})")
-    _check(driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), f"cuDevicePrimaryCtxRetain({index})")
-    _check(driver.cuCtxPushCurrent_v2(context), "cuCtxPushCurrent")
+    check(driver.cuDeviceGet(ctypes.byref(device), int(index)), f"cuDeviceGet({index})")
+    check(driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), f"cuDevicePrimaryCtxRetain({index})")
+    check(driver.cuCtxPushCurrent_v2(context), "cuCtxPushCurrent")
     try:
-        _check(driver.cuStreamCreate(ctypes.byref(stream), STREAM_NON_BLOCKING), "cuStreamCreate")
+        check(driver.cuStreamCreate(ctypes.byref(stream), STREAM_NON_BLOCKING), "cuStreamCreate")
     finally:
         driver.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
     return int(stream.value or 0)
@@ -132,9 +137,9 @@ def _capture_mode(mode: int, driver=None):
         if not torch.cuda.is_initialized():
             yield
             return
-        driver = _libcuda()
+        driver = driver_library()
     value = ctypes.c_int(mode)
-    _check(driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(value)), "cuThreadExchangeStreamCaptureMode")
+    check(driver.cuThreadExchangeStreamCaptureMode(ctypes.byref(value)), "cuThreadExchangeStreamCaptureMode")
     try:  # value now holds the thread's mode before
         yield
     finally:

@@ -87,8 +87,12 @@ class WorkBudget:
 
 
 def synchronize(device: torch.device) -> None:
+    """Waits for the work queued on ``device``'s current stream, the one candidates run on; never the whole
+    device: a device-wide synchronize while another thread captures a CUDA graph fails ("operation not
+    permitted when stream is capturing") and invalidates that capture (H100,
+    ``benchmarks/experiments/concurrent_capture_probe.py``)."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.current_stream(device).synchronize()
 
 
 def reason(exc: BaseException) -> str:

@@ -71,14 +71,13 @@ class TimedRounds:
 
     def _prepared(self, c, reps: int) -> Callable[[], float]:
         """A measurement of ``c`` x ``reps`` (a CUDA graph captured once); eager launches for the rest of the
-        session if it cannot be captured, with a warning: in torch 2.11 a capture the driver invalidated ends
-        without its epilogue, and the device's random-number state stays capturing (every later draw raises)."""
+        session if it cannot be captured, with a warning (a candidate that cannot be captured, or a user's thread
+        that synchronized the device meanwhile: ``isolation``)."""
         try:
             return self.timer.prepare(self._runner(c), reps)
         except Exception as exc:  # e.g. a candidate that cannot be captured in a CUDA graph
             warnings.warn(f"tunekit: {c.name} could not be timed in a CUDA graph ({type(exc).__name__}: {exc}); "
-                          "timed eagerly. A failed capture can leave torch's random-number state on this device "
-                          "unusable in this process.", TunekitWarning, stacklevel=2)
+                          "timed eagerly.", TunekitWarning, stacklevel=2)
             self.timer = make_timer(self.base.device, graph=False, clock=self.clock)
             return self.timer.prepare(self._runner(c), reps)
 

@@ -25,7 +25,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from . import isolation
+from . import driver_graph, isolation
 
 __all__ = ["Timer", "CpuTimer", "CudaEventTimer", "CudaQueuedTimer", "CudaGraphTimer", "SpinSizer",
            "queued_measure", "sleep_cycles_per_ms", "make_timer", "l2_cache_bytes"]
@@ -322,33 +322,43 @@ class CudaGraphTimer(CudaQueuedTimer):
         def measure_replay():
             return self._measure(graph.replay, 1, sizer, learn=False) / reps
 
-        measure_replay.graph = graph  # the graph (and its memory pool), for tests and inspection
+        measure_replay.graph = graph  # the graph (and its memory pool): alive as long as the measurement
         return measure_replay
 
     def _capture(self, fn, reps):
         """The graph of ``fn`` x ``reps``, captured on this thread's own stream (``isolation``: never a pooled
         stream or torch.cuda.graph's shared default capture stream, either of which a user's capture in
         another thread may be using), in thread_local mode (other threads' CUDA calls stay legal meanwhile;
-        this thread's unsafe calls fail the capture, unless the thread was made RELAXED). Not
-        ``torch.cuda.graph()``: its entry synchronizes the device and empties torch's cache, and torch's
-        allocator asserts against emptying it while any thread captures."""
-        graph = torch.cuda.CUDAGraph()
+        this thread's unsafe calls fail the capture, unless the thread was made RELAXED), through the driver
+        (``driver_graph``: torch's graphs share the device's random-number generator state with a user's
+        capture). Not ``torch.cuda.graph()``: its entry synchronizes the device, which fails any capture in
+        progress in another thread."""
         side = isolation.stream_for_thread(self.device)
         current = torch.cuda.current_stream(self.device)
         side.wait_stream(current)
-        with torch.cuda.stream(side):
-            fn()  # warm-up on the capture stream, as torch.cuda.graphs recommends
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                for _ in range(reps):
-                    fn()
-            except BaseException:
-                with contextlib.suppress(Exception):  # the run's own error is the one to report
-                    graph.capture_end()
-                raise
-            graph.capture_end()
-        current.wait_stream(side)
-        return graph
+        try:
+            if driver_graph.available():
+                return driver_graph.capture(fn, reps, side, self.device)
+            return _torch_graph(fn, reps, side)
+        finally:
+            current.wait_stream(side)
+
+
+def _torch_graph(fn, reps, side):
+    """``torch.cuda.CUDAGraph`` of ``fn`` x ``reps`` on ``side``: where torch has no ``MemPool`` (before 2.6)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        fn()  # warm-up on the capture stream, as torch.cuda.graphs recommends
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            for _ in range(reps):
+                fn()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the run's own error is the one to report
+                graph.capture_end()
+            raise
+        graph.capture_end()
+    return graph
 
 
 def make_timer(device: torch.device, *, graph: bool = False, queued: bool = True,
