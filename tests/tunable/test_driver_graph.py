@@ -1,6 +1,7 @@
 """Tuning's graphs through the driver's stream capture (tunable/driver_graph.py), against a fake driver on the
-CPU: the calls in order, THREAD_LOCAL mode, the runs' allocations in a private pool released with the graph (or the failed capture), the capture
-ended and the graph freed whatever fails. On a GPU: tests/backends/test_capture_safety.py and the timer tests."""
+CPU: the calls in order, THREAD_LOCAL mode, the runs' allocations in a private pool released once, with the graph
+or the failed capture; the capture ended and the graph freed whatever fails. On a GPU:
+tests/backends/test_capture_safety.py and the timer tests."""
 
 import contextlib
 import ctypes
@@ -51,13 +52,21 @@ class FakeDriver:
 @pytest.fixture
 def fake_torch(monkeypatch):
     """torch's allocator pool calls, stream context and current stream, recorded (no GPU here)."""
-    seen = SimpleNamespace(pool_calls=[], streams=[])
+    seen = SimpleNamespace(pool_calls=[], streams=[], routing=False, fail_route=False)
     ids = iter(range(1, 100))
     monkeypatch.setattr(torch._C, "_graph_pool_handle", lambda: (0, next(ids)), raising=False)
+
+    def call(what):
+        def record(index, pool):
+            if what == "route" and seen.fail_route:
+                raise RuntimeError("cannot route")
+            seen.pool_calls.append((what, pool))
+            seen.routing = {"route": True, "unroute": False}.get(what, seen.routing)
+        return record
+
     for name, what in (("_cuda_beginAllocateCurrentThreadToPool", "route"), ("_cuda_endAllocateToPool", "unroute"),
                        ("_cuda_releasePool", "release")):
-        monkeypatch.setattr(torch._C, name, lambda index, pool, what=what: seen.pool_calls.append((what, pool)),
-                            raising=False)
+        monkeypatch.setattr(torch._C, name, call(what), raising=False)
 
     @contextlib.contextmanager
     def stream(s):
@@ -69,15 +78,24 @@ def fake_torch(monkeypatch):
     return seen
 
 
-def runs(driver, log):
-    """A run that records whether the driver was capturing when it ran."""
-    return lambda: log.append(any(c[0] == "begin" for c in driver.calls) and not any(c[0] == "end" for c in driver.calls))
+def runs(driver, log, seen):
+    """A run that records whether the driver was capturing and the allocations routed to the pool when it ran."""
+    def run():
+        capturing = any(c[0] == "begin" for c in driver.calls) and not any(c[0] == "end" for c in driver.calls)
+        log.append((capturing, seen.routing))
+    return run
+
+
+def releases(seen) -> int:
+    return sum(what == "release" for what, _ in seen.pool_calls)
 
 
 def test_a_capture_runs_once_outside_then_reps_times_inside_thread_local_and_instantiates(fake_torch):
     driver, log = FakeDriver(), []
-    graph = driver_graph.capture(runs(driver, log), 3, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0), driver)
-    assert log == [False, True, True, True]  # the warm-up, then the three captured runs
+    graph = driver_graph.capture(runs(driver, log, fake_torch), 3, SimpleNamespace(cuda_stream=STREAM),
+                                 torch.device("cuda", 0), driver)
+    # the warm-up outside the capture and the pool (a workspace it keeps stays in the main pool), then three runs
+    assert log == [(False, False)] + [(True, True)] * 3
     assert driver.calls == [("begin", STREAM, isolation.CAPTURE_MODE_THREAD_LOCAL), ("end", STREAM),
                             ("instantiate", GRAPH, 0)]
     assert fake_torch.pool_calls == [("route", graph.pool.id), ("unroute", graph.pool.id)]  # released with the graph
@@ -92,7 +110,7 @@ def test_the_graph_is_freed_with_its_last_reference(fake_torch):
     del graph
     gc.collect()
     assert driver.calls[-2:] == [("exec destroyed", EXEC), ("graph destroyed", GRAPH)]
-    assert fake_torch.pool_calls[-1] == ("release", pool)  # its memory freeable once the graph is gone
+    assert fake_torch.pool_calls[-1] == ("release", pool) and releases(fake_torch) == 1  # freeable once gone
 
 
 def test_a_run_that_raises_ends_the_capture_and_its_error_is_the_one_raised(fake_torch):
@@ -106,7 +124,7 @@ def test_a_run_that_raises_ends_the_capture_and_its_error_is_the_one_raised(fake
     with pytest.raises(ValueError, match="own error"):
         driver_graph.capture(run, 4, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0), driver)
     assert [c[0] for c in driver.calls] == ["begin", "end", "graph destroyed"]
-    assert [c[0] for c in fake_torch.pool_calls] == ["route", "unroute", "release"]
+    assert [c[0] for c in fake_torch.pool_calls] == ["route", "unroute", "release"]  # released once
 
 
 def test_an_invalidated_capture_raises_and_instantiates_nothing(fake_torch):
@@ -114,7 +132,7 @@ def test_an_invalidated_capture_raises_and_instantiates_nothing(fake_torch):
     with pytest.raises(RuntimeError, match="cuStreamEndCapture.*901"):
         driver_graph.capture(lambda: None, 2, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0), driver)
     assert [c[0] for c in driver.calls] == ["begin", "end"]
-    assert [c[0] for c in fake_torch.pool_calls] == ["route", "unroute", "release"]
+    assert [c[0] for c in fake_torch.pool_calls] == ["route", "unroute", "release"]  # released once
 
 
 def test_a_graph_that_cannot_be_instantiated_is_freed(fake_torch):
@@ -132,4 +150,25 @@ def test_no_capture_begins_when_the_warm_up_fails(fake_torch):
 
     with pytest.raises(RuntimeError, match="cannot run"):
         driver_graph.capture(run, 2, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0), driver)
-    assert driver.calls == [] and [c[0] for c in fake_torch.pool_calls] == ["route", "unroute", "release"]
+    assert driver.calls == [] and fake_torch.pool_calls == []  # no pool made, none released
+
+
+def test_a_run_that_raises_in_a_capture_the_driver_invalidated_still_raises_its_own_error(fake_torch):
+    driver = FakeDriver(fail="end")
+
+    def run():
+        if any(c[0] == "begin" for c in driver.calls):
+            raise ValueError("the candidate's own error")
+
+    with pytest.raises(ValueError, match="own error"):
+        driver_graph.capture(run, 2, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0), driver)
+    assert [c[0] for c in driver.calls] == ["begin", "end"] and releases(fake_torch) == 1
+
+
+def test_a_pool_that_could_not_be_routed_to_is_never_released(fake_torch):
+    """Releasing a pool the allocator never made fails its assertion, hiding the real error."""
+    fake_torch.fail_route = True
+    with pytest.raises(RuntimeError, match="cannot route"):
+        driver_graph.capture(lambda: None, 2, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0),
+                             FakeDriver())
+    assert releases(fake_torch) == 0

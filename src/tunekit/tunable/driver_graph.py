@@ -14,8 +14,8 @@ graph's pool is (its memory freed at the allocator's next emptying): the replays
 hands nobody else. Not ``torch.cuda.MemPool``: its destructor empties the allocator's cache, which torch forbids
 while any thread captures; beside a user's capture the process aborted (H200).
 
-``available()`` is false on a torch without these allocator calls; the timer then uses torch's graphs
-(``timing.CudaGraphTimer``).
+``available()`` is false on a torch without these allocator calls (before 2.8); the timer then uses torch's
+graphs (``timing.CudaGraphTimer``), and tuning beside a user's capture is not safe there.
 """
 
 from __future__ import annotations
@@ -45,24 +45,31 @@ class _Pool:
     ``routing()``; ``release()`` once, when nothing will run in its memory again."""
 
     def __init__(self, index: int):
-        self.index, self.id = index, torch._C._graph_pool_handle()
+        self.index, self.id, self.made = index, torch._C._graph_pool_handle(), False
 
     @contextlib.contextmanager
     def routing(self):
         torch._C._cuda_beginAllocateCurrentThreadToPool(self.index, self.id)  # makes the pool, its use count 1
+        self.made = True
         try:
             yield
         finally:
             torch._C._cuda_endAllocateToPool(self.index, self.id)
 
     def release(self) -> None:
-        torch._C._cuda_releasePool(self.index, self.id)
+        """Once, and only for a pool routing made (releasing one never made fails torch's assertion)."""
+        if self.made:
+            self.made = False
+            torch._C._cuda_releasePool(self.index, self.id)
 
 
 def _destroy(driver, graph_exec: int, graph: int, pool: _Pool) -> None:
-    driver.cuGraphExecDestroy(ctypes.c_void_p(graph_exec))
-    driver.cuGraphDestroy(ctypes.c_void_p(graph))
-    pool.release()
+    """Runs on whichever thread drops the graph or collects garbage, maybe while a user's thread captures: RELAXED,
+    so that capture refuses none of these calls. Their results are not checked: nothing is left to do on failure."""
+    with isolation.relaxed():
+        driver.cuGraphExecDestroy(ctypes.c_void_p(graph_exec))
+        driver.cuGraphDestroy(ctypes.c_void_p(graph))
+        pool.release()
 
 
 class DriverGraph:
@@ -94,7 +101,8 @@ def capture(fn: Callable[[], None], reps: int, stream: torch.cuda.Stream, device
             driver=None) -> DriverGraph:
     """The graph of ``fn`` x ``reps`` captured on ``stream`` (one no other code uses: ``isolation``) in
     THREAD_LOCAL mode: another thread's calls stay legal meanwhile, this thread's unsafe calls fail the capture.
-    ``fn`` runs once before, outside the capture (lazy loads, first allocations). ``driver``: tests pass a fake."""
+    ``fn`` runs once before, outside the capture and the pool (lazy loads, first allocations, workspaces kept for
+    good). ``driver``: tests pass a fake."""
     driver = driver or isolation.driver_library()
     pool = _Pool(device.index if device.index is not None else torch.cuda.current_device())
     try:
@@ -106,8 +114,9 @@ def capture(fn: Callable[[], None], reps: int, stream: torch.cuda.Stream, device
 
 def _captured(fn, reps, stream, device, driver, pool: _Pool) -> DriverGraph:
     handle = ctypes.c_void_p(stream.cuda_stream)
+    with torch.cuda.stream(stream):
+        fn()  # outside the pool too, as torch's graphs: what it keeps for good (a workspace) stays in the main pool
     with pool.routing(), torch.cuda.stream(stream):
-        fn()
         isolation.check(driver.cuStreamBeginCapture_v2(handle, isolation.CAPTURE_MODE_THREAD_LOCAL),
                         "cuStreamBeginCapture")
         try:

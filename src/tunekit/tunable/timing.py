@@ -345,7 +345,8 @@ class CudaGraphTimer(CudaQueuedTimer):
 
 
 def _torch_graph(fn, reps, side):
-    """``torch.cuda.CUDAGraph`` of ``fn`` x ``reps`` on ``side``: where torch has no ``MemPool`` (before 2.6)."""
+    """``torch.cuda.CUDAGraph`` of ``fn`` x ``reps`` on ``side``: where torch lacks ``driver_graph``'s pool
+    calls (before 2.8)."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(side):
         fn()  # warm-up on the capture stream, as torch.cuda.graphs recommends
