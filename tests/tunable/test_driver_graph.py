@@ -172,3 +172,41 @@ def test_a_pool_that_could_not_be_routed_to_is_never_released(fake_torch):
         driver_graph.capture(lambda: None, 2, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0),
                              FakeDriver())
     assert releases(fake_torch) == 0
+
+
+@pytest.mark.parametrize("driver_graphs", [True, False])
+def test_the_graph_timer_captures_through_the_driver_where_torch_has_the_pool_calls(monkeypatch, fake_torch,
+                                                                                   driver_graphs):
+    """torch 2.8 and later: the driver's capture; before: ``torch.cuda.CUDAGraph`` (thread_local mode). Either way on
+    this thread's own stream, which waits for the current stream first and is waited for after."""
+    from tunekit.tunable import timing
+
+    class Stream(SimpleNamespace):
+        def wait_stream(self, other):
+            waits.append((self.name, other.name))
+
+    waits, made = [], []
+    own, current = Stream(name="own", cuda_stream=STREAM), Stream(name="current", cuda_stream=CURRENT)
+    monkeypatch.setattr(timing.isolation, "stream_for_thread", lambda device: own)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
+    monkeypatch.setattr(driver_graph, "available", lambda: driver_graphs)
+    monkeypatch.setattr(driver_graph, "capture",
+                        lambda fn, reps, stream, device: made.append(("driver", stream)) or "g")
+
+    class TorchGraph:
+        def capture_begin(self, capture_error_mode):
+            made.append(("torch", capture_error_mode))
+
+        def capture_end(self):
+            made.append(("end",))
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", TorchGraph)
+    timer = timing.CudaGraphTimer.__new__(timing.CudaGraphTimer)
+    timer.device = torch.device("cuda", 0)
+    runs = []
+    graph = timer._capture(lambda: runs.append(1), 2)
+    assert waits == [("own", "current"), ("current", "own")]
+    if driver_graphs:
+        assert graph == "g" and made == [("driver", own)]
+    else:
+        assert isinstance(graph, TorchGraph) and made == [("torch", "thread_local"), ("end",)] and len(runs) == 3
