@@ -18,7 +18,7 @@ from ..tunable.entries import Entry
 from ..tunable.find_fastest import find_fastest
 from ..tunable.params import OpParams, make_trial, output_tensors
 from ..tunable.results import ResultsStore
-from ..tunable.screen import supports
+from ..tunable.screen import supports, synchronize
 from ..tunable.tunable_op import TUNING_LOCK
 
 __all__ = ["ATTEMPTS", "default_device", "on_device", "offline_settings", "warm_candidates", "tune_params",
@@ -77,8 +77,7 @@ def warm_candidates(op, params: OpParams) -> list[str]:
             if c is op.default:
                 outputs = output_tensors(result)
                 op.numerics(params)(outputs, outputs)
-            if params.device.type == "cuda":
-                torch.cuda.synchronize(params.device)
+            synchronize(params.device)  # its stream, never the device (a capture elsewhere would fail)
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception:  # find_fastest meets the same error inside its budget and rejects the candidate
