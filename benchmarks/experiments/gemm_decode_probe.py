@@ -2,7 +2,7 @@
 faster than cuBLAS at the GEMM suite's decode shapes (M = 1 and 16 against LLaMA-3-8B projections), and
 which configuration wins where? Per shape: cuBLAS (``F.linear(x, w)``), every decode configuration and
 the Triton skinny kernel the H100 entries chose at 1 x 4096 x 4096 (at M = 1 also the one-row kernels
-of gemv.cu), the cluster-split kernels of gemm_decode_cluster.cu (sm_90), each checked against a float64
+of gemv.cu), each checked against a float64
 reference first; us per call (CUDA-graph replay of 40 calls over 8 rotating weights: L2-cold), the
 weight's TB/s, and a 1 GiB copy's bandwidth (read + write; the suites' own measure) in the same run.
 ``PYTHONPATH=src python benchmarks/experiments/gemm_decode_probe.py``
@@ -17,7 +17,6 @@ from probe_timing import timed
 sys.path.insert(0, "src")
 from tunekit.bench.measure import copy_bandwidth  # noqa: E402
 from tunekit.ops.gemm.cuda_decode import decode_candidates  # noqa: E402
-from tunekit.ops.gemm.cuda_decode_cluster import cluster_candidates  # noqa: E402
 from tunekit.ops.gemm.params import GemmParams  # noqa: E402
 from tunekit.ops.gemm.triton_candidates import triton_candidates  # noqa: E402
 
@@ -44,7 +43,7 @@ def main() -> None:
         base = timed(lambda i: F.linear(xs[i % ROTATE], ws[i % ROTATE]))
         print(f"## {M}x{N}x{K} bfloat16: weight {weight_bytes / 1e6:.1f} MB")
         print(f"{'cublas (F.linear)':28s} {base:8.2f} us  {weight_bytes / base / 1e6:5.2f} TB/s  1.000x")
-        contenders = decode_candidates() + cluster_candidates() + ([skinny] if M == 1 else [])
+        contenders = decode_candidates() + ([skinny] if M == 1 else [])
         for c in contenders:
             if c.supports(params[0]):
                 continue

@@ -18,7 +18,6 @@ import torch
 from .cublaslt_candidates import cublaslt_candidates
 from .cublaslt_epilogue_candidates import cublaslt_epilogue_candidates
 from .cuda_decode import decode_candidates
-from .cuda_decode_cluster import cluster_candidates
 from .launch_plans import plannable, possible as plans_possible
 from .numerics import check_gemm, warm_reference
 from .params import AddmmParams, GemmParams
@@ -126,7 +125,7 @@ def _make_addmm_params(c, a, b, *, beta=1, alpha=1, out=None, activation: str = 
 mm_op = register(TunableOp("mm", GemmParams, make_params=_make_params, make_example=make_example,
                            numerics=check_gemm))
 mm_op.add(torch_mm, default=True)
-for _c in [*cublaslt_candidates(), *decode_candidates(), *cluster_candidates()]:
+for _c in [*cublaslt_candidates(), *decode_candidates()]:
     mm_op.add(_c)
 addmm_op = register(TunableOp("addmm", AddmmParams, make_params=_make_addmm_params, make_example=make_addmm_example,
                               numerics=check_gemm))

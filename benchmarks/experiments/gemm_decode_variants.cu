@@ -1,3 +1,10 @@
+// EXPERIMENT, not part of the package (nothing compiles it): four MMA layouts for decode GEMMs (M <= 16)
+// measured on an H200 on 2026-11-27 as mm candidates at commit bc1dd23 (ops/gemm/cuda_decode_cluster.py there
+// launched them; benchmarks/experiments/gemm_decode_probe.py timed them). Every one was slower than
+// kernels/cuda/gemm_decode.cu and cuBLAS at M = 16: benchmarks/results/gemm_decode_variants-NVIDIA_H200.txt.
+// Kept to read: the cluster split over K with distributed shared memory sums, the rows form (512-byte row
+// loads through a warp's shared memory into the MMA fragments), and w as the MMA's A operand.
+//
 // Decode GEMM, split over K by a thread block cluster: out[M, N] = a[M, K] @ w[N, K]^T for M <= 16 rows.
 // Hopper (sm_90): the cluster's S blocks share a group of rows of w and split K between them; their
 // partial sums meet through distributed shared memory, in rank order (one launch, no workspace, no
