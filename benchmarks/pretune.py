@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -42,10 +43,11 @@ from tunekit.bench.suites.common import DTYPES  # noqa: E402
 from tunekit.bench.suites.first_use import FAMILIES, signatures  # noqa: E402
 from tunekit.offline.tune_one import tune_params  # noqa: E402
 from tunekit.tunable import context, registry, shipped, validators  # noqa: E402
-from tunekit.backends import shipped_kernels, triton_kept_files  # noqa: E402
+from tunekit.backends import quack, shipped_kernels, triton_kept_files  # noqa: E402
 from tunekit.backends.cache import cache_dir  # noqa: E402
 from tunekit.tunable.entries import write_csv  # noqa: E402
 from tunekit.tunable.results import ResultsStore  # noqa: E402
+from tunekit.ops.gemm.quack_candidates import QuackGemm  # noqa: E402
 
 
 def _gemm_suite():
@@ -92,13 +94,20 @@ def bundle_only(families, device, target: Path) -> int:
     other = {e.validators.get("compute_capability") for e in table.values()} - {here}
     if other:
         raise SystemExit(f"{target.name}: entries for compute capability {sorted(map(str, other))}, this GPU is {here}")
+    not_here = []
     for label, _, make in work(families, device):
         op, params = make()
         entry = table.get((op.name, params.signature()))
         prepare = None if entry is None else getattr(op.candidate(entry.choice), "prepare", None)
-        if prepare is not None:
+        if prepare is not None and isinstance(op.candidate(entry.choice), QuackGemm) and quack.unavailable(device.index):
+            not_here.append(label)  # built where quack is installed: its kernels come from the bundle replaced
+        elif prepare is not None:
             prepare(params)
             print(f"prepared {label}: {entry.choice}", flush=True)
+    if not_here:
+        carried = _carry_quack_kernels(shipped_kernels.bundle_for(target), cache_dir("quack"))
+        print(f"quack not installed here: {carried} quack kernels carried over from the bundle replaced, for "
+              f"{', '.join(not_here)}", flush=True)
     triton_dir = Path(os.environ["TRITON_CACHE_DIR"]) if os.environ.get("TRITON_CACHE_DIR") else None
     try:
         import triton
@@ -113,6 +122,21 @@ def bundle_only(families, device, target: Path) -> int:
     print(f"wrote {bundle}: {cubins} cubins, {kernels} Triton kernels, {kept} kept Triton launches, {quacks} quack "
           f"kernels ({bundle.stat().st_size / 1e3:.0f} kB)")
     return 0
+
+
+def _carry_quack_kernels(old_bundle: Path, quack_dir: Path) -> int:
+    """Unpack the quack kernels of ``old_bundle`` into this process's (fresh) quack cache folder, where
+    ``write_bundle`` takes them from; how many. For a bundle rewritten on a machine without quack-kernels:
+    its entries' choices and sources are unchanged (the table's validators say so), so are their builds."""
+    if not old_bundle.is_file():
+        return 0
+    with zipfile.ZipFile(old_bundle) as z:
+        members = [m for m in z.namelist() if m.startswith("quack/") and not m.endswith("/")]
+        for member in members:
+            dest = quack_dir / member.removeprefix("quack/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(z.read(member))
+    return len({m.split("/")[1] for m in members})
 
 
 def bundle_in_fresh_process(args) -> int:

@@ -69,3 +69,27 @@ def test_pretunes_fused_linear_signatures_are_those_of_the_public_calls(tmp_path
         tunekit.linear(x, w, b) if activation == "none" else tunekit.linear_act(x, w, b, activation)
     (record,) = ResultsStore(tmp_path / "r.sqlite").untuned("addmm")
     assert record.signature == made.signature()
+
+
+def test_a_bundle_rewritten_without_quack_carries_the_quack_kernels_it_replaces(tmp_path):
+    """pretune.py's bundle step on a machine without quack-kernels: the quack builds of the bundle being
+    replaced go into the fresh quack cache folder (whole folders, every file), nothing else of it."""
+    import importlib.util
+    import zipfile
+
+    spec = importlib.util.spec_from_file_location("pretune_script", ROOT / "benchmarks" / "pretune.py")
+    pretune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pretune)
+    old = tmp_path / "GPU.kernels.zip"
+    with zipfile.ZipFile(old, "w") as z:
+        for key in ("k1", "k2"):
+            for name in ("kernel.so", "recipe.json", "libs.json"):
+                z.writestr(f"quack/{key}/{name}", f"{key}/{name}")
+        z.writestr("cubin/x.cubin", "cubin")
+        z.writestr("triton/abc/t.json", "{}")
+    fresh = tmp_path / "quack"
+    assert pretune._carry_quack_kernels(old, fresh) == 2
+    assert sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file()) == [
+        f"{k}/{n}" for k in ("k1", "k2") for n in ("kernel.so", "libs.json", "recipe.json")]
+    assert (fresh / "k2" / "recipe.json").read_text() == "k2/recipe.json"
+    assert pretune._carry_quack_kernels(tmp_path / "none.zip", tmp_path / "other") == 0
