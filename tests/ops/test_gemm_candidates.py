@@ -51,13 +51,14 @@ def test_every_configuration(index):
 def test_every_candidate_of_both_ops_is_listed():
     from tunekit.ops.gemm.cuda_decode import decode_candidates
     from tunekit.ops.gemm.quack_candidates import quack_candidates
+    from tunekit.ops.gemm.triton_swapped import swapped_candidates
     from tunekit.ops.gemm.triton_wrapped import wrapped_candidates
     names = {TritonGemm(*c).name for c in CONFIGS}
     assert len(names) == len(CONFIGS) >= 40
     names |= {c.name for c in wrapped_candidates()} | {c.name for c in quack_candidates()}
     cublaslt = {f"cublaslt_h{rank}" for rank in range(8)}
     epilogue = {f"cublaslt_bias_h{rank}" for rank in range(8)}
-    decode = {c.name for c in decode_candidates()}
+    decode = {c.name for c in decode_candidates()} | {c.name for c in swapped_candidates()}  # mm's alone
     for op, torch_own in ((mm_op, {"torch_mm"} | cublaslt | decode),
                           (addmm_op, {"torch_addmm", "torch_addmm_epilogue"} | epilogue)):
         assert op.default is op.candidates[0] and op.default.name in torch_own

@@ -14,7 +14,7 @@ from C++.
 Planned: calls autograd does not record, decided for a CUDA C decode kernel (``cuda_decode.py``: one
 launch, recorded by ``triton_static.record_launch``) or a :class:`TritonGemm` of a kind whose every
 launch is a kept kernel and whose only buffers are the result, a split-K workspace (the one
-temporary, and only with split-K) and Triton's scratch (``matmul``, ``skinny``, ``tma``, ``wrapped``, ``wrapped_static``; ``padded`` copies operands with
+temporary, and only with split-K) and Triton's scratch (``matmul``, ``skinny``, ``tma``, ``wrapped``, ``wrapped_static``, ``swapped``; ``padded`` copies operands with
 torch first). Not planned
 (None: the general path keeps the call, as before): operands that share an address (which slot is
 whose would be a guess), params whose tensors are not the call's operands (a fold that copied),
@@ -38,7 +38,7 @@ from ...backends.fast_plan import SLOT_CONSTANT, SLOT_OPERAND, SLOT_RESULT, SLOT
 __all__ = ["PLANNED_KINDS", "LATER", "plannable", "possible", "refusal", "make", "slots_of"]
 
 #: the TritonGemm kinds whose calls can be planned
-PLANNED_KINDS = frozenset({"matmul", "skinny", "tma", "wrapped", "wrapped_static"})
+PLANNED_KINDS = frozenset({"matmul", "skinny", "tma", "wrapped", "wrapped_static", "swapped"})
 _MASK = (1 << 64) - 1
 #: what :func:`make` returns while the plans' extension is being built (ask again on a later call)
 LATER = object()

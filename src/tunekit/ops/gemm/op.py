@@ -24,6 +24,7 @@ from .params import AddmmParams, GemmParams
 from .quack_candidates import quack_candidates
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
+from .triton_swapped import swapped_candidates
 from .triton_wrapped import wrapped_candidates
 from .._shared import routing
 from ...tunable.registry import register
@@ -135,19 +136,22 @@ for _c in cublaslt_epilogue_candidates():
     addmm_op.add(_c)
 
 
-def triton_order() -> list:
+def triton_order(turned: bool = False) -> list:
     """Every Triton candidate, in the order online tuning compiles them (the first ONLINE_PREPARATIONS worth
-    trying per signature): the TMA kind, then the wrapped template (constant sizes first: 13.95 against
-    14.95 us at 777 x 1555 x 333, H100), then padded copies and the pointer kernels. Each kind says where it
-    is worth trying (the wrapped ones below 1024^3, M > 16), so small odd problems compile the template that
-    wins there (padded: 17.3 us) and larger ones the padded TMA kernel, as before."""
+    trying per signature): the TMA kind, then (``turned``: mm's) the turned-over decode kernels (M <= 16:
+    ahead of the decode configurations of the pointer kernel, which they beat on the H200), then the wrapped
+    template (constant sizes first: 13.95 against 14.95 us at 777 x 1555 x 333, H100), then padded copies and
+    the pointer kernels. Each kind says where it is worth trying (the wrapped ones below 1024^3, M > 16), so
+    small odd problems compile the template that wins there (padded: 17.3 us) and larger ones the padded
+    TMA kernel, as before."""
     base, wrapped = triton_candidates(), wrapped_candidates()
-    return ([c for c in base if c.kind == "tma"] + [c for c in wrapped if c.kind == "wrapped_static"]
+    return ([c for c in base if c.kind == "tma"] + (swapped_candidates() if turned else [])
+            + [c for c in wrapped if c.kind == "wrapped_static"]
             + [c for c in wrapped if c.kind == "wrapped"] + [c for c in base if c.kind != "tma"])
 
 
 for _op in (mm_op, addmm_op):
-    for _c in [*triton_order(), *quack_candidates()]:
+    for _c in [*triton_order(turned=_op is mm_op), *quack_candidates()]:
         _op.add(_c)
     # Online, a signature compiles its first 4 Triton configurations worth trying (best first per shape class:
     # the winners measured on H100 / H200 lead each kind); `tunekit tune` compiles every one.
