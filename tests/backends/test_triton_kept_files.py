@@ -29,6 +29,7 @@ def test_file_names_change_with_the_key_the_architecture_and_codegen_settings(mo
         monkeypatch.delenv(variable)
         files._build_identity.cache_clear()
     monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere")  # where Triton keeps builds: not what it builds
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/torch/bin/ptxas")  # which assembler: any torch.compile sets it
     try:
         assert name == files.file_name("logsumexp", "k", key, "sm90")
     finally:

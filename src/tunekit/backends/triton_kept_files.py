@@ -40,9 +40,12 @@ KERNELS_DIR = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "triton"
 FORMAT = 2
 #: the environment variables hashed into every key file's name (see the module), and the exceptions
 _CODEGEN_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "DISABLE_", "NVPTX_", "USE_IR_LOC", "AMDGCN_", "PTXAS_")
-#: settings that do not change what Triton compiles (left out of the environment's hash)
+#: settings that do not change what Triton compiles (left out of the environment's hash). TRITON_PTXAS_PATH
+#: names the assembler, not the program: any torch.compile in the process points it at torch's own ptxas
+#: (torch/_inductor/runtime/compile_tasks.py), and hashing it made every kept and shipped build miss after one
+#: (a shipped GEMM choice compiled for 2.07 s at its first use instead of loading in 17-35 ms, H100)
 _NOT_CODEGEN = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_INTERPRET",
-                "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_MANAGER")
+                "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_MANAGER", "TRITON_PTXAS_PATH")
 
 
 @dataclasses.dataclass(frozen=True)
