@@ -106,8 +106,11 @@ def bundle_only(families, device, target: Path) -> int:
             print(f"prepared {label}: {entry.choice}", flush=True)
     if not_here:
         carried = _carry_quack_kernels(shipped_kernels.bundle_for(target), cache_dir("quack"))
-        print(f"quack not installed here: {carried} quack kernels carried over from the bundle replaced, for "
-              f"{', '.join(not_here)}", flush=True)
+        if not carried:
+            raise SystemExit(f"quack-kernels is not installed here and the bundle replaced holds no quack kernels for "
+                             f"{', '.join(not_here)}: write this bundle where quack-kernels is installed")
+        print(f"quack not installed here: {carried} quack kernels carried over from the bundle replaced (all it held), "
+              f"for {', '.join(not_here)}", flush=True)
     triton_dir = Path(os.environ["TRITON_CACHE_DIR"]) if os.environ.get("TRITON_CACHE_DIR") else None
     try:
         import triton
@@ -127,13 +130,19 @@ def bundle_only(families, device, target: Path) -> int:
 def _carry_quack_kernels(old_bundle: Path, quack_dir: Path) -> int:
     """Unpack the quack kernels of ``old_bundle`` into this process's (fresh) quack cache folder, where
     ``write_bundle`` takes them from; how many. For a bundle rewritten on a machine without quack-kernels:
-    its entries' choices and sources are unchanged (the table's validators say so), so are their builds."""
+    its entries' choices and sources are unchanged (the table's validators say so), so are their builds.
+    All of them: a kernel no entry chooses any more travels too (the bundle holds only what the shipped
+    table chose when made where quack-kernels is installed). A member that would land outside the folder
+    stops it."""
     if not old_bundle.is_file():
         return 0
+    root = quack_dir.resolve()
     with zipfile.ZipFile(old_bundle) as z:
         members = [m for m in z.namelist() if m.startswith("quack/") and not m.endswith("/")]
         for member in members:
-            dest = quack_dir / member.removeprefix("quack/")
+            dest = (quack_dir / member.removeprefix("quack/")).resolve()
+            if not dest.is_relative_to(root) or dest == root:
+                raise SystemExit(f"{old_bundle}: a quack member outside its folder: {member!r}")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(z.read(member))
     return len({m.split("/")[1] for m in members})

@@ -93,3 +93,9 @@ def test_a_bundle_rewritten_without_quack_carries_the_quack_kernels_it_replaces(
         f"{k}/{n}" for k in ("k1", "k2") for n in ("kernel.so", "libs.json", "recipe.json")]
     assert (fresh / "k2" / "recipe.json").read_text() == "k2/recipe.json"
     assert pretune._carry_quack_kernels(tmp_path / "none.zip", tmp_path / "other") == 0
+    bad = tmp_path / "bad.kernels.zip"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("quack/../escaped/kernel.so", "x")  # would land in tmp_path / "escaped"
+    with pytest.raises(SystemExit, match="outside its folder"):
+        pretune._carry_quack_kernels(bad, tmp_path / "third")
+    assert not (tmp_path / "escaped").exists()

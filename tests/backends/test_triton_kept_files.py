@@ -5,7 +5,7 @@ import os
 import zipfile
 
 import pytest
-import torch  # noqa: F401 - the package's tests import torch first
+import torch  # the package's tests import torch first
 
 from tunekit.backends import shipped_kernels, triton_kept_files as files, triton_static
 from tunekit.backends.triton_kept_files import Recipe
@@ -29,11 +29,23 @@ def test_file_names_change_with_the_key_the_architecture_and_codegen_settings(mo
         monkeypatch.delenv(variable)
         files._build_identity.cache_clear()
     monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere")  # where Triton keeps builds: not what it builds
-    monkeypatch.setenv("TRITON_PTXAS_PATH", "/torch/bin/ptxas")  # which assembler: any torch.compile sets it
+    monkeypatch.setenv("TRITON_PTXAS_PATH", files._torch_ptxas())  # torch's own ptxas: any torch.compile sets it
     try:
         assert name == files.file_name("logsumexp", "k", key, "sm90")
+        monkeypatch.setenv("TRITON_PTXAS_PATH", "/opt/other/ptxas")  # an assembler the user chose: counted
+        files._build_identity.cache_clear()
+        assert name != files.file_name("logsumexp", "k", key, "sm90")
     finally:
         files._build_identity.cache_clear()
+
+
+def test_the_ptxas_torch_compile_names_is_torchs_own():
+    """The path torch/_inductor/runtime/compile_tasks.py sets TRITON_PTXAS_PATH to: <torch>/_inductor/bin/ptxas."""
+    import pathlib
+
+    compile_tasks = pathlib.Path(torch.__file__).parent / "_inductor" / "runtime" / "compile_tasks.py"
+    assert 'parents[1] / "bin" / "ptxas"' in compile_tasks.read_text()
+    assert files._torch_ptxas() == str(compile_tasks.absolute().parents[1] / "bin" / "ptxas")
 
 
 def kept_pair(body: bytes, symbol="k"):

@@ -206,9 +206,11 @@ def _kinds_and_shapes():
     """(candidate, M, N, K, linear?) that each exercise one path: pointer tiles on odd sizes, split-K (a
     workspace and a second launch), the skinny decode kernel (split too), the persistent TMA kernel (scratch
     for its device-side descriptors), a mm of row-major operands, the wrapped kinds (sizes at run time
-    and as constants) and the CUDA C decode kernels, MMA and one-row (a launch recorded by record_launch)."""
+    and as constants), the turned-over decode kind (operands launched as transposed views: linear's layout
+    and a row-major b) and the CUDA C decode kernels, MMA and one-row (a launch recorded by record_launch)."""
+    from tunekit.ops.gemm.triton_swapped import swapped_candidates
     from tunekit.ops.gemm.triton_wrapped import wrapped_candidates
-    by = {c.name: c for c in [*triton_candidates(), *wrapped_candidates()]}
+    by = {c.name: c for c in [*triton_candidates(), *wrapped_candidates(), *swapped_candidates()]}
     return [(by["triton_matmul_m128_n128_k32_g8_sk1_w4_s4"], 777, 1555, 333, True),
             (by["triton_matmul_m16_n64_k128_g8_sk4_w4_s4"], 16, 4096, 4096, True),
             (by["triton_skinny_m1_n16_k512_g1_sk2_w4_s1"], 1, 4096, 4096, True),
@@ -216,6 +218,8 @@ def _kinds_and_shapes():
             (by["triton_matmul_m64_n64_k64_g8_sk1_w4_s3"], 300, 200, 100, False),
             (by["triton_wrapped_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True),
             (by["triton_wrapped_static_m64_n128_k32_g8_sk1_w8_s4"], 777, 1555, 333, True),
+            (by["triton_swapped_m64_n16_k128_g1_sk1_w4_s8"], 16, 4096, 4096, True),
+            (by["triton_swapped_m64_n16_k128_g1_sk1_w4_s4"], 5, 1000, 4104, False),
             (CudaDecode(*CONFIGS[0]), 3, 1000, 4104, True), (CudaGemv(*GEMV_CONFIGS[0]), 1, 1000, 4104, True)]
 
 

@@ -1,8 +1,9 @@
 """The turned-over decode GEMM candidates (``ops/gemm/triton_swapped.py``) run directly against a float64
 reference: every configuration once, decode shapes with activations, NaN / inf placed as torch places them,
-strided, transposed and misaligned operands and outputs, and what they refuse or skip; where mm lists them
-(after the TMA kind: online tuning compiles them first for decode) and that calls decided for them are
-planned. Without a GPU the kernels run in Triton's interpreter: small sizes."""
+strided, transposed and misaligned operands and outputs, float32 with TF32 as torch allows it, and what they
+refuse or skip; where mm lists them (right after the TMA kind, so online tuning of a decode signature compiles
+them after the CUDA decode kernels) and that their kind is plannable (``test_gemm_launch_plans.py`` replays
+planned calls on the GPU). Without a GPU the kernels run in Triton's interpreter: small sizes."""
 
 import pytest
 import torch
@@ -61,6 +62,16 @@ def test_strided_and_misaligned_views(a_layout, b_layout):
     a = matrix(M, K, torch.float16, DEVICE, a_layout)
     b = matrix(K, N, torch.float16, DEVICE, b_layout, seed=1)
     check(run_checked(SMALL, GemmParams(a, b, nans((M, N), torch.float16, DEVICE))), a, b)
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_float32_as_torch_allows_tf32(tf32):
+    """TF32 (``p.tf32``, from torch's matmul precision setting) reaches the turned-over launch; the bound is TF32's."""
+    M, N, K = 7, 48, 136
+    a, w = matrix(M, K, torch.float32, DEVICE, seed=3), matrix(N, K, torch.float32, DEVICE, seed=4)
+    candidate = swapped_candidates()[1]  # 4 stages: float32 fits in shared memory on the GPU
+    p = GemmParams(a, w.t(), nans((M, N), torch.float32, DEVICE), tf32=tf32)
+    check(run_checked(candidate, p), a, w.t(), tf32=tf32)
 
 
 def test_transposed_strided_and_new_outputs():

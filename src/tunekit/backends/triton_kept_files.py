@@ -13,7 +13,9 @@ helpers live beside it) and the process's environment variables that change what
 (``TRITON_*``, ``MLIR_*``, ``LLVM_*``, ``DISABLE_*``, ``NVPTX_*``, ``USE_IR_LOC``: a superset of
 Triton's own cache-invalidating list, read once per process; settings made through
 ``triton.knobs`` in Python are not seen). So a key file is found only where Triton would have built
-the same cubin for the same call.
+the same cubin for the same call, with one exception: ``TRITON_PTXAS_PATH`` naming torch's own ptxas,
+which any torch.compile sets (a cubin of Triton's ptxas is then used: the same program, another
+assembler's machine code).
 """
 
 from __future__ import annotations
@@ -40,12 +42,27 @@ KERNELS_DIR = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "triton"
 FORMAT = 2
 #: the environment variables hashed into every key file's name (see the module), and the exceptions
 _CODEGEN_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "DISABLE_", "NVPTX_", "USE_IR_LOC", "AMDGCN_", "PTXAS_")
-#: settings that do not change what Triton compiles (left out of the environment's hash). TRITON_PTXAS_PATH
-#: names the assembler, not the program: any torch.compile in the process points it at torch's own ptxas
-#: (torch/_inductor/runtime/compile_tasks.py), and hashing it made every kept and shipped build miss after one
-#: (a shipped GEMM choice compiled for 2.07 s at its first use instead of loading in 17-35 ms, H100)
+#: settings that do not change what Triton compiles (left out of the environment's hash)
 _NOT_CODEGEN = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_INTERPRET",
-                "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_MANAGER", "TRITON_PTXAS_PATH")
+                "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_MANAGER")
+
+
+def _torch_ptxas() -> str:
+    """The ptxas any torch.compile points TRITON_PTXAS_PATH at, where torch ships one
+    (torch/_inductor/runtime/compile_tasks.py): the variable is left out of the hash when it names this one.
+    Counted, it made every kept and shipped build miss after a torch.compile in the process (a shipped GEMM
+    choice compiled for 2.07 s at its first use instead of loading in 17-35 ms, H100); another assembler the
+    user names still counts."""
+    spec = importlib.util.find_spec("torch")
+    origin = spec.origin if spec is not None and spec.origin else ""
+    return str(pathlib.Path(origin).parent / "_inductor" / "bin" / "ptxas")
+
+
+def _counted(name: str, value: str) -> bool:
+    """Whether environment variable ``name`` = ``value`` goes into the build identity."""
+    if not name.startswith(_CODEGEN_PREFIXES) or name in _NOT_CODEGEN:
+        return False
+    return not (name == "TRITON_PTXAS_PATH" and value == _torch_ptxas())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +123,7 @@ def _build_identity() -> str:
     for f in sorted(KERNELS_DIR.glob("*.py")):
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     for k in sorted(os.environ):
-        if k.startswith(_CODEGEN_PREFIXES) and k not in _NOT_CODEGEN:
+        if _counted(k, os.environ[k]):
             h.update(f"{k}={os.environ[k]}\0".encode())
     return h.hexdigest()
 

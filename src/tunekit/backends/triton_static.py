@@ -15,9 +15,10 @@ through ctypes while the extension builds) and never reach Triton; a later proce
 and loads the cubin with the driver: no Triton import.
 
 The key is finer than Triton's specialization, so a kept cubin runs only where Triton would have
-run that very cubin: every scalar argument by type and exact value (Triton bakes constexprs and
-values of 1 into the code), every tensor by dtype and whether its address is 16-byte aligned; a
-call with any other kind of argument is never kept.
+run that very cubin (but for the assembler torch.compile names: ``backends/triton_kept_files.py``):
+every scalar argument by type and exact value (Triton bakes constexprs and values of 1 into the
+code), every tensor by dtype and whether its address is 16-byte aligned; a call with any other kind
+of argument is never kept.
 
 Loading checks the cubin against its recipe through the driver (``cuFuncGetParamInfo``: the count
 and size of every parameter, Triton's scratch pointers included), so a recipe that does not fit

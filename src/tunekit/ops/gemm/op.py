@@ -139,7 +139,8 @@ for _c in cublaslt_epilogue_candidates():
 def triton_order(turned: bool = False) -> list:
     """Every Triton candidate, in the order online tuning compiles them (the first ONLINE_PREPARATIONS worth
     trying per signature): the TMA kind, then (``turned``: mm's) the turned-over decode kernels (M <= 16:
-    ahead of the decode configurations of the pointer kernel, which they beat on the H200), then the wrapped
+    ahead of the pointer kernel's decode configurations, which they beat on the H200; the CUDA decode
+    kernels, earlier in mm's list, take the first preparations: at M = 1 all four), then the wrapped
     template (constant sizes first: 13.95 against 14.95 us at 777 x 1555 x 333, H100), then padded copies and
     the pointer kernels. Each kind says where it is worth trying (the wrapped ones below 1024^3, M > 16), so
     small odd problems compile the template that wins there (padded: 17.3 us) and larger ones the padded
