@@ -50,9 +50,9 @@ _NOT_CODEGEN = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OV
 def _torch_ptxas() -> str:
     """The ptxas any torch.compile points TRITON_PTXAS_PATH at, where torch ships one
     (torch/_inductor/runtime/compile_tasks.py): the variable is left out of the hash when it names this one.
-    Counted, it made every kept and shipped build miss after a torch.compile in the process (a shipped GEMM
-    choice compiled for 2.07 s at its first use instead of loading in 17-35 ms, H100); another assembler the
-    user names still counts."""
+    Counted, it made every kept and shipped build miss after a torch.compile in the process, so a shipped
+    choice compiled at its first use (``benchmarks/results/first_use_after_torch_compile-*``); another
+    assembler the user names still counts."""
     spec = importlib.util.find_spec("torch")
     origin = spec.origin if spec is not None and spec.origin else ""
     return str(pathlib.Path(origin).parent / "_inductor" / "bin" / "ptxas")
