@@ -19,6 +19,7 @@ sys.path.insert(0, "src")
 from tunekit.ops.gemm import mm_op  # noqa: E402
 from tunekit.ops.gemm.params import GemmParams  # noqa: E402
 from tunekit.ops.gemm.triton_candidates import TritonGemm, _config  # noqa: E402
+from tunekit.ops.gemm.triton_swapped import SWAPPED_CONFIGS  # noqa: E402
 
 SHAPES = [(16, 4096, 4096), (16, 14336, 4096), (16, 4096, 14336), (1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336)]
 ROTATE = 8
@@ -28,10 +29,13 @@ COMMITTED = ["cuda_gemv_w2_u8", "cuda_gemv_w8_u4", "cuda_decode_g1_w4_u4", "cuda
 
 def swapped_configs() -> list[TritonGemm]:
     """Run 1 (``--wide``): BLOCK_M 64 / 128, BLOCK_K 128 / 256, 3-6 stages, split-K 1-4; run 2 (default): around
-    run 1's best (BLOCK_M 32 / 64, BLOCK_K 64-256, 4-8 stages, split-K 1 / 2)."""
+    run 1's best (BLOCK_M 32 / 64, BLOCK_K 64-256, 4-8 stages, split-K 1 / 2); run 3 (``--narrow``): BLOCK_M 16."""
     out = []
     if "--wide" in sys.argv:
         grid = itertools.product((64, 128), (128, 256), (3, 4, 6), (1, 2, 4))
+    elif "--narrow" in sys.argv:  # run 3: BLOCK_M 16 (mma.sync tiles), 2-4 programs resident per SM; the kept five
+        grid = [*itertools.product((16,), (128, 256, 512), (3, 4, 6, 8), (1,)),
+                *[(bm, bk, stages, 1) for bm, bk, _, stages in SWAPPED_CONFIGS]]
     else:
         grid = itertools.product((32, 64), (64, 128, 256), (4, 5, 6, 8), (1, 2))
     for bm, bk, stages, split in grid:
@@ -48,7 +52,7 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     swapped = swapped_configs()
-    for M, N, K in SHAPES:
+    for M, N, K in [s for s in SHAPES if s[0] == 16 or "--narrow" not in sys.argv]:
         xs = [torch.randn(M, K, dtype=torch.bfloat16, device="cuda") for _ in range(ROTATE)]
         ws = [torch.randn(N, K, dtype=torch.bfloat16, device="cuda") / 64 for _ in range(ROTATE)]
         outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(ROTATE)]

@@ -14,8 +14,8 @@ helpers live beside it) and the process's environment variables that change what
 Triton's own cache-invalidating list, read once per process; settings made through
 ``triton.knobs`` in Python are not seen). So a key file is found only where Triton would have built
 the same cubin for the same call, with one exception: ``TRITON_PTXAS_PATH`` naming torch's own ptxas,
-which any torch.compile sets (a cubin of Triton's ptxas is then used: the same program, another
-assembler's machine code).
+which any torch.compile sets where torch ships one (a cubin of Triton's ptxas is then used: the same
+program, another assembler's machine code).
 """
 
 from __future__ import annotations
@@ -47,22 +47,24 @@ _NOT_CODEGEN = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OV
                 "TRITON_PRINT_AUTOTUNING", "TRITON_CACHE_MANAGER")
 
 
-def _torch_ptxas() -> str:
-    """The ptxas any torch.compile points TRITON_PTXAS_PATH at, where torch ships one
-    (torch/_inductor/runtime/compile_tasks.py): the variable is left out of the hash when it names this one.
-    Counted, it made every kept and shipped build miss after a torch.compile in the process, so a shipped
-    choice compiled at its first use (``benchmarks/results/first_use_after_torch_compile-*``); another
-    assembler the user names still counts."""
+def _torch_ptxas() -> tuple[str, ...]:
+    """The paths a torch.compile points TRITON_PTXAS_PATH at, where torch ships a ptxas: ``<torch>/bin/ptxas``
+    (torch 2.11, read on the device) and ``<torch>/_inductor/bin/ptxas`` (``_inductor/runtime/compile_tasks.py``
+    of later releases). The variable is left out of the hash when it names one of them. Counted, it made every
+    kept and shipped build miss after a torch.compile in the process, so a shipped choice compiled at its first
+    use (``benchmarks/results/first_use_after_torch_compile-*``); another assembler the user names still counts."""
     spec = importlib.util.find_spec("torch")
-    origin = spec.origin if spec is not None and spec.origin else ""
-    return str(pathlib.Path(origin).parent / "_inductor" / "bin" / "ptxas")
+    if spec is None or not spec.origin:
+        return ()
+    root = pathlib.Path(spec.origin).parent
+    return str(root / "bin" / "ptxas"), str(root / "_inductor" / "bin" / "ptxas")
 
 
 def _counted(name: str, value: str) -> bool:
     """Whether environment variable ``name`` = ``value`` goes into the build identity."""
     if not name.startswith(_CODEGEN_PREFIXES) or name in _NOT_CODEGEN:
         return False
-    return not (name == "TRITON_PTXAS_PATH" and value == _torch_ptxas())
+    return not (name == "TRITON_PTXAS_PATH" and value in _torch_ptxas())
 
 
 @dataclasses.dataclass(frozen=True)
