@@ -313,7 +313,15 @@ class CudaGraphTimer(CudaQueuedTimer):
     A replay is queued like an eager launch (the spin covers the host's ``cudaGraphLaunch``): with
     plain events the start event ran on an idle GPU before the graph reached it, so each replay
     carried the launch's host latency: on an H100, one replay of a 0.181 ms kernel read 0.185-0.211
-    ms and the same kernel, timed as two candidates, 1.065x apart (``same_kernel_order_probe-*``)."""
+    ms and the same kernel, timed as two candidates, 1.065x apart (``same_kernel_order_probe-*``).
+
+    A replay lasts about ``target_ms`` (0.5 ms; a tuning's rounds set ``reps`` from it): replays of one pass
+    over the input sets (the queued timer's 0.05 ms) ranked kernels of ~13 us by something other than their
+    time: on an H100 the logsumexp gradient's static Triton kernel read 13.9 us against 13.2 in longer
+    replays, its rows kernel 13.5 against 13.3, so tuning chose the rows kernel, 4% slower head to head
+    (``benchmarks/results/logsumexp_backward_rank_probe-NVIDIA_H100_80GB_HBM3.txt``)."""
+
+    target_ms = 0.5
 
     def prepare(self, fn, reps):
         graph = self._capture(fn, reps)
