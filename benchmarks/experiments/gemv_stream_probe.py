@@ -30,17 +30,23 @@ VARIANTS = ["gemv_persist_bf16_u4", "gemv_persist_bf16_u8", "gemv_rowblock_bf16_
 
 
 class Module(ProbeModule):
+    """gemv.cu with gemv_stream_variants.cu appended, launched with dynamic shared memory (``a`` staged there)."""
+
     def __init__(self):
         super().__init__("gemv.cu", (Path(__file__).parent / "gemv_stream_variants.cu").read_text(), "gemv_stream")
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def blocks_per_sm(self, name, smem):
+        """Resident 256-thread blocks per SM of ``name`` with ``smem`` bytes of dynamic shared memory (allowed
+        first)."""
         d = self.driver
-        d.cuFuncSetAttribute(self.fn(name), d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        limit = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        d.cuFuncSetAttribute(self.fn(name), limit, smem)
         _, blocks = d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.fn(name), 256, smem)
         return blocks
 
     def launch_smem(self, name, grid, smem, *args):
+        """``ProbeModule.launch`` with dynamic shared memory: tensors as pointers, ints as 64-bit integers."""
         c = self.ctypes
         holders = [c.c_uint64(a.data_ptr()) if torch.is_tensor(a) else c.c_int64(a) for a in args]
         array = (c.c_void_p * len(args))(*[c.addressof(h) for h in holders])
@@ -55,6 +61,7 @@ def error(out, x, w) -> float:
 
 
 def main() -> None:
+    """Per shape: cuBLAS, the read kernel, the committed gemv candidates and each variant, checked, then timed."""
     torch.manual_seed(0)
     assert nvrtc.available() is None
     mod = Module()
@@ -71,13 +78,16 @@ def main() -> None:
         print(f"## 1x{N}x{K} bfloat16: weight {nbytes / 1e6:.1f} MB", flush=True)
 
         def line(label, us, err=None):
+            """One printed row: time, the weight's TB/s, speed-up over cuBLAS, and the error when checked."""
             tail = "" if err is None else f"  max err / scale {err:.2e}"
             print(f"{label:36s} {us:8.2f} us  {nbytes / us / 1e6:5.2f} TB/s  {base / us:.3f}x{tail}", flush=True)
 
         line("cublas (F.linear)", base)
         for grid_per_sm in (4, 8):
             grid = mod.sms * grid_per_sm
-            line(f"read_x8 grid {grid}", timed(lambda i: mod.launch("read_x8", grid, 256, ws[i % ROTATE], sink, nbytes // 16)))
+            def read(i, grid=grid):
+                mod.launch("read_x8", grid, 256, ws[i % ROTATE], sink, nbytes // 16)
+            line(f"read_x8 grid {grid}", timed(read))
         for c in decode_candidates()[:3]:
             outs[0].fill_(float("nan"))
             err = error(c.run(params[0]), xs[0], ws[0])

@@ -6,7 +6,7 @@ kernel level with it. Per signature: three offline tunings as ``benchmarks/pretu
 fresh store), each one's choice and its four fastest records; then one head-to-head (the suite's
 ``device_times``: 15 rounds, L2-cold sets, each set's own output) of those candidates, torch eager and torch.compile.
 ``--target MS``: tuning's graph measurements last about MS each (``CudaGraphTimer.target_ms``) instead of the
-default (one pass over the input sets when it is longer than 0.05 ms).
+default (0.5 ms; 0.05 ms, one pass over the input sets, when this probe first ran).
 ``--h2h NAMES``: no tuning, the head-to-head of these comma-separated candidates only (with
 ``TUNEKIT_TRITON_STATIC=0``: launched by Triton, not from kept builds).
 ``--isolate``: at 16384x512 float16, one tuning, then the head-to-head of its three fastest alone (no torch eager,
@@ -56,7 +56,8 @@ def main() -> None:
         seen = list(only or [])
         for attempt in range(0 if only else 1 if isolate else 3):
             store = ResultsStore(Path(tempfile.mkdtemp(prefix="rank-")) / "r.sqlite")
-            settings = dataclasses.replace(context.current(), max_tuning_ms=1000.0, results=store.path, use_shipped=False)
+            settings = dataclasses.replace(context.current(), max_tuning_ms=1000.0, results=store.path,
+                                           use_shipped=False)
             entry = tune_params(op, params, settings)
             timed = sorted((r.time_ms, n) for n, r in entry.candidates.items() if r.time_ms is not None and
                            r.status in ("chosen", "slower"))
@@ -75,7 +76,8 @@ def main() -> None:
                           "copy into the set's output": (lambda q: q.out.copy_(q.x), True),
                           "a 64 MiB copy elsewhere": (lambda q: scrub[1].copy_(scrub[0]), True)}
             for label, fn in neighbours.items():
-                pair = head_to_head({**{n: (op.candidate(n).run, True) for n in names[:2]}, label: fn}, sets, device, 15)
+                pair = head_to_head({**{n: (op.candidate(n).run, True) for n in names[:2]}, label: fn}, sets,
+                                    device, 15)
                 print(f"beside {label} (us): " + ", ".join(f"{n} {t * 1e3:.2f}" for n, (t, _) in pair.items()))
         row = device_times(d, op, params, names, device, repeats=15, graph=True, compile=True)
         ms = row["device_ms"]

@@ -2,6 +2,7 @@
 everything a cubin depends on, the file format, tunekit's cache folder and the shipped bundles."""
 
 import os
+import pathlib
 import zipfile
 
 import pytest
@@ -39,6 +40,15 @@ def test_file_names_change_with_the_key_the_architecture_and_codegen_settings(mo
         assert name != files.file_name("logsumexp", "k", key, "sm90")
     finally:
         files._build_identity.cache_clear()
+
+
+def test_torchs_own_ptxas_through_a_link_or_a_relative_path_is_left_out_too(monkeypatch, tmp_path):
+    own = pathlib.Path(files._torch_ptxas()[0])
+    (tmp_path / "torch_link").symlink_to(own.parents[1], target_is_directory=True)
+    monkeypatch.chdir(own.parents[1])
+    assert not files._counted("TRITON_PTXAS_PATH", str(tmp_path / "torch_link" / "bin" / "ptxas"))
+    assert not files._counted("TRITON_PTXAS_PATH", os.path.join(".", "bin", "ptxas"))
+    assert files._counted("TRITON_PTXAS_PATH", str(tmp_path / "bin" / "ptxas"))
 
 
 def test_the_ptxas_torch_compile_names_is_torchs_own():

@@ -224,13 +224,13 @@ def test_each_timed_measurement_lasts_the_timers_target_the_graph_timers_half_a_
     ``benchmarks/results/logsumexp_backward_rank_probe-NVIDIA_H100_80GB_HBM3.txt``)."""
     from tunekit.tunable.timing import CpuTimer, CudaGraphTimer, CudaQueuedTimer
 
-    assert CudaGraphTimer.target_ms == 0.5 and CudaQueuedTimer.target_ms == 0.05  # the probes stay one pass
+    assert CudaGraphTimer.target_ms == 0.5 and CudaQueuedTimer.target_ms == 0.05  # eager fallback: as before
     clock = FakeClock()
     op = make_op(clock, {"ref": 0.02, "fast": 0.01})
     reps = []
 
     class RecordingTimer(CpuTimer):
-        target_ms = CudaGraphTimer.target_ms
+        target_ms = CudaGraphTimer.target_ms  # CpuTimer's own is 0.5 too: this is the graph timer's
 
         def prepare(self, fn, n):
             reps.append(n)
@@ -240,6 +240,40 @@ def test_each_timed_measurement_lasts_the_timers_target_the_graph_timers_half_a_
         report = find_fastest(op, ScaleParams(torch.randn(100)), s, clock=clock, timer=RecordingTimer(clock))
     assert report.choice == "fast" and report.complete
     assert reps and min(reps) * 0.01 >= 0.5 - 1e-9  # the fastest candidate's 0.01 ms per run, 50 runs a replay
+
+
+def test_after_a_failed_capture_eager_measurements_last_the_eager_timers_target(monkeypatch):
+    """A graph timer with a long target (here 5 ms, 5-6 runs of the fastest) whose capture fails for one candidate:
+    the eager measurements from then on repeat the runs to the eager timer's own target (0.5 ms: 1 run),
+    not the graph timer's."""
+    from tunekit.tunable import TunekitWarning, timed_rounds
+    from tunekit.tunable.timing import CpuTimer
+
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 2.0, "fast": 1.0, "medium": 1.5})
+    graph_reps, eager_reps = [], []
+
+    class LongGraphTimer(CpuTimer):
+        target_ms = 5.0
+
+        def prepare(self, fn, reps):
+            before = dict(op.runs)
+            fn()
+            if op.runs["fast"] > before.get("fast", 0):
+                raise RuntimeError("operation not permitted when stream is capturing")
+            graph_reps.append(reps)
+            return super().prepare(fn, reps)
+
+    class EagerTimer(CpuTimer):
+        def prepare(self, fn, reps):
+            eager_reps.append(reps)
+            return super().prepare(fn, reps)
+
+    monkeypatch.setattr(timed_rounds, "make_timer", lambda device, graph, clock: EagerTimer(clock))
+    with tuning() as s, pytest.warns(TunekitWarning, match="timed eagerly"):
+        report = find_fastest(op, ScaleParams(torch.randn(100)), s, clock=clock, timer=LongGraphTimer(clock))
+    assert report.choice == "fast"
+    assert graph_reps and min(graph_reps) >= 5 and eager_reps and set(eager_reps) == {1}
 
 
 def test_a_candidate_that_cannot_be_captured_is_timed_eagerly_with_a_warning():

@@ -64,7 +64,9 @@ def _counted(name: str, value: str) -> bool:
     """Whether environment variable ``name`` = ``value`` goes into the build identity."""
     if not name.startswith(_CODEGEN_PREFIXES) or name in _NOT_CODEGEN:
         return False
-    return not (name == "TRITON_PTXAS_PATH" and value in _torch_ptxas())
+    if name != "TRITON_PTXAS_PATH":
+        return True
+    return os.path.realpath(value) not in {os.path.realpath(p) for p in _torch_ptxas()}  # links, relative paths
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,9 +5,9 @@ Device time decides the choice (:mod:`tunekit.tunable.find_fastest`); but for sm
 of different backends take the same device time while their launches cost different host time (a
 Triton launch, torch's dispatcher, tunekit's C launcher), and an eager caller of a small op waits
 on the host. When the device is the bottleneck, host time is hidden and device time alone decides.
-A tie is confirmed by a head-to-head re-measure of the two with longer measurements before host
-time may break it: a single pass over the input sets is too short to tell a tie from a difference
-of a few percent (``benchmarks/results/tie_break_check-*``).
+A tie is confirmed by a head-to-head re-measure of the two, interleaved pairs of measurements of at
+least CONFIRM_MS, before host time may break it: a single pass over the input sets was too short to
+tell a tie from a difference of a few percent (``benchmarks/results/tie_break_check-*``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ HOST_BOUND = 1.5
 #: measurement pairs of the head-to-head that must confirm a device-time tie before host time may
 #: break it (at least MIN_PAIRS of them, the rest as the budget allows)
 CONFIRM_PAIRS = 12
-#: ms of device time per measurement of that head-to-head: the rounds' measurements (one pass over
-#: the input sets, ~50 us for 4 MiB tensors) are too short to tell a 1% difference from noise
+#: ms of device time per measurement of that head-to-head: one pass over the input sets (~50 us for 4 MiB
+#: tensors) was too short to tell a 1% difference from noise; the rounds' graph replays last as long since
+#: ``timing.CudaGraphTimer.target_ms`` grew to 0.5 ms, and the pairs add the interleaved confirmation
 CONFIRM_MS = 0.5
 
 

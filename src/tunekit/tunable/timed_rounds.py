@@ -79,6 +79,8 @@ class TimedRounds:
             warnings.warn(f"tunekit: {c.name} could not be timed in a CUDA graph ({type(exc).__name__}: {exc}); "
                           "timed eagerly.", TunekitWarning, stacklevel=2)
             self.timer = make_timer(self.base.device, graph=False, clock=self.clock)
+            # eager measurements as long as the eager timer's target, not the graph timer's (10x longer)
+            self.reps = reps = max(1, min(1000, math.ceil(self.timer.target_ms / self.per_pass)))
             return self.timer.prepare(self._runner(c), reps)
 
     def remeasure(self, name: str, target_ms: float) -> Callable[[], float]:

@@ -318,7 +318,7 @@ class CudaGraphTimer(CudaQueuedTimer):
     A replay lasts about ``target_ms`` (0.5 ms; a tuning's rounds set ``reps`` from it): replays of one pass
     over the input sets (the queued timer's 0.05 ms) ranked kernels of ~13 us by something other than their
     time: on an H100 the logsumexp gradient's static Triton kernel read 13.9 us against 13.2 in longer
-    replays, its rows kernel 13.5 against 13.3, so tuning chose the rows kernel, 4% slower head to head
+    replays, its rows kernel 13.5 against 13.3, so tuning chose the rows kernel, 1-4% slower head to head
     (``benchmarks/results/logsumexp_backward_rank_probe-NVIDIA_H100_80GB_HBM3.txt``)."""
 
     target_ms = 0.5
