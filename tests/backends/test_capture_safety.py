@@ -247,6 +247,7 @@ def test_a_whole_tuning_on_another_thread_leaves_the_users_capture_whole():
     assert not failures, failures
     assert not [w for w in caught if "could not be timed in a CUDA graph" in str(w.message)]
     x.copy_(torch.randn_like(x))
+    stream.wait_stream(torch.cuda.current_stream())  # the replay reads x after its copy (it raced under load)
     with torch.cuda.stream(stream):
         graph.replay()
     stream.synchronize()

@@ -5,7 +5,7 @@ import torch
 
 import tunekit
 from tunekit.tunable import find_fastest, tuning
-from tunekit.tunable.find_fastest import MIN_ROUNDS
+from tunekit.tunable.find_fastest import MAX_ROUNDS, MIN_ROUNDS
 
 from fakes import FakeClock, ScaleParams, make_op
 
@@ -79,12 +79,13 @@ def test_budget_limits_rounds_and_still_picks_a_winner():
 
 
 def test_rounds_scale_with_budget():
+    """A budget too short for the rounds' ENOUGH_MS (5 rounds of 1.5 ms here) ends them sooner (after MIN_ROUNDS)."""
     clock = FakeClock()
-    op = make_op(clock, {"ref": 1.0, "fast": 0.5})
+    op = make_op(clock, {"ref": 0.1, "fast": 0.05})
     tuned(op, clock, torch.randn(100), max_tuning_ms=1000.0)
     many = op.runs["fast"]
     op.runs.clear()
-    tuned(op, clock, torch.randn(100), max_tuning_ms=12.0)
+    tuned(op, clock, torch.randn(100), max_tuning_ms=6.0)
     assert op.runs["fast"] < many
 
 
@@ -240,6 +241,35 @@ def test_each_timed_measurement_lasts_the_timers_target_the_graph_timers_half_a_
         report = find_fastest(op, ScaleParams(torch.randn(100)), s, clock=clock, timer=RecordingTimer(clock))
     assert report.choice == "fast" and report.complete
     assert reps and min(reps) * 0.01 >= 0.5 - 1e-9  # the fastest candidate's 0.01 ms per run, 50 runs a replay
+
+
+@pytest.mark.parametrize("target_ms, rounds", [(0.5, 5), (1.0, MIN_ROUNDS), (0.05, MAX_ROUNDS)])
+def test_timed_rounds_stop_once_each_candidate_is_measured_enough(target_ms, rounds):
+    """With budget to spare, the rounds end once a candidate's samples add up to ENOUGH_MS (2.5 ms), never before
+    MIN_ROUNDS: 5 rounds of the graph timer's 0.5 ms replays, 3 of 1 ms samples; the eager timers' 0.05 ms samples
+    go on to MAX_ROUNDS as before."""
+    from tunekit.tunable.timed_rounds import ENOUGH_MS
+    from tunekit.tunable.timing import CpuTimer
+
+    assert ENOUGH_MS == 2.5
+    clock = FakeClock()
+    op = make_op(clock, {"ref": 0.02, "fast": 0.01})
+    samples = []
+
+    class CountingTimer(CpuTimer):
+        def prepare(self, fn, reps):
+            measure = super().prepare(fn, reps)
+
+            def counted():
+                samples.append(reps)
+                return measure()
+            return counted
+
+    CountingTimer.target_ms = target_ms
+    with tuning(max_tuning_ms=1000.0) as s:
+        report = find_fastest(op, ScaleParams(torch.randn(100)), s, clock=clock, timer=CountingTimer(clock))
+    assert report.choice == "fast" and report.complete
+    assert len(samples) == 2 * rounds  # both candidates timed, one sample each per round
 
 
 def test_after_a_failed_capture_eager_measurements_last_the_eager_timers_target(monkeypatch):

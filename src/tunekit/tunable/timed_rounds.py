@@ -15,10 +15,15 @@ from .errors import TunekitWarning
 from .screen import prune
 from .timing import make_timer
 
-__all__ = ["TimedRounds", "MIN_ROUNDS", "MAX_ROUNDS"]
+__all__ = ["TimedRounds", "MIN_ROUNDS", "MAX_ROUNDS", "ENOUGH_MS"]
 
 MIN_ROUNDS = 3
 MAX_ROUNDS = 25
+#: Rounds stop (after MIN_ROUNDS) once each candidate's samples add up to this much of its own time: 5 rounds of
+#: the graph timer's 0.5 ms replays, whose tunings agreed within 0.02 us (logsumexp_backward_rank_probe-*); without
+#: it short kernels took rounds to the whole budget (online: 13 calls, 0.2 s per signature, H200). Eager timers'
+#: 0.05 ms samples never reach it in MAX_ROUNDS.
+ENOUGH_MS = 2.5
 
 
 class TimedRounds:
@@ -55,8 +60,11 @@ class TimedRounds:
         # a round costs at least its measured time; after one, its own wall time is the estimate
         round_ms = sum(probe.get(n, 0.0) for n in measures) * n_sets * self.reps + 1e-3
         rounds, names = 0, list(measures)
+        sample_ms = self.reps * self.per_pass
         while names and len(measures) == len(timed) and rounds < MAX_ROUNDS:
-            if (rounds >= MIN_ROUNDS and self.budget.left_ms() < round_ms) or self.budget.left_ms() <= 0:
+            if rounds >= MIN_ROUNDS and (self.budget.left_ms() < round_ms or rounds * sample_ms >= ENOUGH_MS):
+                break
+            if self.budget.left_ms() <= 0:
                 break
             start = self.budget.spent_ms()
             shift = rounds % len(names)
