@@ -11,8 +11,8 @@ candidate's first run), numerical checks, probes and timed runs:
    ``prune_ratio`` x the fastest: long-tail candidates cost one probe, not a full schedule (ONNX
    Runtime TunableOp's "tuning speed" question). Then rounds: in each round every survivor is
    measured once, in an order rotated from round to round, so drift hits all alike (its "noisy
-   machine" question); as many rounds as the remaining budget allows, at least ``MIN_ROUNDS``.
-   The median of the rounds is the candidate's time.
+   machine" question); at least ``MIN_ROUNDS``, then until each candidate's samples add up to
+   ``timed_rounds.ENOUGH_MS`` or the budget ends. The median of the rounds is the candidate's time.
 
    What a measurement is, on CUDA: the device time of the candidate's kernels run back to back.
    By default (``cuda_graph``) each candidate's runs are captured once into a CUDA graph and its
