@@ -13,7 +13,7 @@ import torch
 
 from tunekit.tunable import driver_graph, isolation
 
-GRAPH, EXEC, STREAM, CURRENT, WHOLE = 0x6A, 0xE0, 0x5EA, 0xC5, 0x3B
+GRAPH, EXEC, STREAM, CURRENT = 0x6A, 0xE0, 0x5EA, 0xC5
 
 
 class FakeDriver:
@@ -33,17 +33,6 @@ class FakeDriver:
         if self.fail != "end":
             ctypes.cast(graph, ctypes.POINTER(ctypes.c_void_p))[0] = GRAPH
         return self._result("end", stream.value)
-
-    def cuGraphCreate(self, graph, flags):
-        if self.fail != "create":
-            ctypes.cast(graph, ctypes.POINTER(ctypes.c_void_p))[0] = WHOLE
-        return self._result("create", flags.value)
-
-    def cuGraphAddChildGraphNode(self, node, graph, deps, count, child):
-        made = sum(c[0] == "child" for c in self.calls)
-        ctypes.cast(node, ctypes.POINTER(ctypes.c_void_p))[0] = 0x100 + made
-        after = [deps[i] for i in range(count.value)]
-        return self._result("child", graph.value, after, child.value)
 
     def cuGraphInstantiateWithFlags(self, graph_exec, graph, flags):
         if self.fail != "instantiate":
@@ -101,43 +90,17 @@ def releases(seen) -> int:
     return sum(what == "release" for what, _ in seen.pool_calls)
 
 
-def test_a_capture_runs_once_outside_then_once_inside_thread_local_and_instantiates(fake_torch):
+def test_a_capture_runs_once_outside_then_reps_times_inside_thread_local_and_instantiates(fake_torch):
     driver, log = FakeDriver(), []
-    graph = driver_graph.capture(runs(driver, log, fake_torch), 1, SimpleNamespace(cuda_stream=STREAM),
+    graph = driver_graph.capture(runs(driver, log, fake_torch), 3, SimpleNamespace(cuda_stream=STREAM),
                                  torch.device("cuda", 0), driver)
-    # the warm-up outside the capture and the pool (a workspace it keeps stays in the main pool), then the run
-    assert log == [(False, False), (True, True)]
+    # the warm-up outside the capture and the pool (a workspace it keeps stays in the main pool), then three runs
+    assert log == [(False, False)] + [(True, True)] * 3
     assert driver.calls == [("begin", STREAM, isolation.CAPTURE_MODE_THREAD_LOCAL), ("end", STREAM),
                             ("instantiate", GRAPH, 0)]
     assert fake_torch.pool_calls == [("route", graph.pool.id), ("unroute", graph.pool.id)]  # released with the graph
     graph.replay()
     assert driver.calls[-1] == ("launch", EXEC, CURRENT)  # on the current stream, where the timer's events are
-
-
-def test_repetitions_are_child_nodes_of_one_capture_in_a_chain(fake_torch):
-    """fn x 3: one run captured (not three: each launched its kernels from Python again), then a graph of three
-    child nodes of it, each after the one before; the captured graph is destroyed (each node holds a clone) and the
-    chain is what runs, and what is freed with the last reference."""
-    driver, log = FakeDriver(), []
-    graph = driver_graph.capture(runs(driver, log, fake_torch), 3, SimpleNamespace(cuda_stream=STREAM),
-                                 torch.device("cuda", 0), driver)
-    assert log == [(False, False), (True, True)]
-    assert driver.calls == [("begin", STREAM, isolation.CAPTURE_MODE_THREAD_LOCAL), ("end", STREAM), ("create", 0),
-                            ("child", WHOLE, [], GRAPH), ("child", WHOLE, [0x100], GRAPH),
-                            ("child", WHOLE, [0x101], GRAPH), ("graph destroyed", GRAPH), ("instantiate", WHOLE, 0)]
-    del graph
-    gc.collect()
-    assert driver.calls[-2:] == [("exec destroyed", EXEC), ("graph destroyed", WHOLE)] and releases(fake_torch) == 1
-
-
-@pytest.mark.parametrize("fail", ["create", "child"])
-def test_a_chain_that_cannot_be_built_frees_both_graphs_and_the_pool(fake_torch, fail):
-    driver = FakeDriver(fail=fail)
-    with pytest.raises(RuntimeError, match="cuGraphCreate" if fail == "create" else "cuGraphAddChildGraphNode"):
-        driver_graph.capture(lambda: None, 2, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0), driver)
-    destroyed = [c[1] for c in driver.calls if c[0] == "graph destroyed"]
-    assert destroyed == ([GRAPH] if fail == "create" else [WHOLE, GRAPH])
-    assert "instantiate" not in [c[0] for c in driver.calls] and releases(fake_torch) == 1
 
 
 def test_the_graph_is_freed_with_its_last_reference(fake_torch):
@@ -155,7 +118,7 @@ def test_a_run_that_raises_ends_the_capture_and_its_error_is_the_one_raised(fake
 
     def run():
         calls.append(1)
-        if len(calls) == 2:  # the captured run (the first is the warm-up)
+        if len(calls) == 3:
             raise ValueError("the candidate's own error")
 
     with pytest.raises(ValueError, match="own error"):
@@ -176,8 +139,7 @@ def test_a_graph_that_cannot_be_instantiated_is_freed(fake_torch):
     driver = FakeDriver(fail="instantiate")
     with pytest.raises(RuntimeError, match="cuGraphInstantiateWithFlags"):
         driver_graph.capture(lambda: None, 2, SimpleNamespace(cuda_stream=STREAM), torch.device("cuda", 0), driver)
-    assert driver.calls[-1] == ("graph destroyed", WHOLE) and fake_torch.pool_calls[-1][0] == "release"
-    assert ("graph destroyed", GRAPH) in driver.calls  # the captured one, once the chain held its clones
+    assert driver.calls[-1] == ("graph destroyed", GRAPH) and fake_torch.pool_calls[-1][0] == "release"
 
 
 def test_no_capture_begins_when_the_warm_up_fails(fake_torch):

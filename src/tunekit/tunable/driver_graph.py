@@ -14,11 +14,6 @@ graph's pool is (its memory freed at the allocator's next emptying): the replays
 hands nobody else. Not ``torch.cuda.MemPool``: its destructor empties the allocator's cache, which torch forbids
 while any thread captures; beside a user's capture the process aborted (H200).
 
-Repetitions: ``fn`` is captured once and the graph of ``reps`` repetitions is built from it, each a child-graph node
-after the one before (the driver clones the child into each node); capturing ``reps`` runs launched every kernel
-from Python ``reps`` times, most of a capture's time (a GEMM signature's 17 captures took 0.10 s of its 0.25 s
-tuning under cProfile, H100, ``offline_start-llama_gemm-rounds_cap-*``).
-
 ``available()`` is false on a torch without these allocator calls (before 2.8); the timer then uses torch's
 graphs (``timing.CudaGraphTimer``), and tuning beside a user's capture is not safe there.
 """
@@ -104,10 +99,10 @@ def _end(driver, handle) -> int:
 
 def capture(fn: Callable[[], None], reps: int, stream: torch.cuda.Stream, device: torch.device,
             driver=None) -> DriverGraph:
-    """The graph of ``fn`` x ``reps``: ``fn`` captured once on ``stream`` (one no other code uses: ``isolation``) in
-    THREAD_LOCAL mode (another thread's calls stay legal meanwhile, this thread's unsafe calls fail the capture),
-    repeated ``reps`` times in a graph of child nodes. ``fn`` runs once before, outside the capture and the pool
-    (lazy loads, first allocations, workspaces kept for good). ``driver``: tests pass a fake."""
+    """The graph of ``fn`` x ``reps`` captured on ``stream`` (one no other code uses: ``isolation``) in
+    THREAD_LOCAL mode: another thread's calls stay legal meanwhile, this thread's unsafe calls fail the capture.
+    ``fn`` runs once before, outside the capture and the pool (lazy loads, first allocations, workspaces kept for
+    good). ``driver``: tests pass a fake."""
     driver = driver or isolation.driver_library()
     pool = _Pool(device.index if device.index is not None else torch.cuda.current_device())
     try:
@@ -125,7 +120,8 @@ def _captured(fn, reps, stream, device, driver, pool: _Pool) -> DriverGraph:
         isolation.check(driver.cuStreamBeginCapture_v2(handle, isolation.CAPTURE_MODE_THREAD_LOCAL),
                         "cuStreamBeginCapture")
         try:
-            fn()
+            for _ in range(reps):
+                fn()
         except BaseException:
             try:
                 partial = _end(driver, handle)
@@ -135,34 +131,9 @@ def _captured(fn, reps, stream, device, driver, pool: _Pool) -> DriverGraph:
                 pass  # the run's own error is the one to report
             raise
         graph = _end(driver, handle)
-    if reps > 1:
-        graph = _repeated(driver, graph, reps)
     graph_exec = ctypes.c_void_p()
     result = driver.cuGraphInstantiateWithFlags(ctypes.byref(graph_exec), ctypes.c_void_p(graph), ctypes.c_ulonglong(0))
     if result:
         driver.cuGraphDestroy(ctypes.c_void_p(graph))
         isolation.check(result, "cuGraphInstantiateWithFlags")
     return DriverGraph(graph_exec.value, graph, pool, device, driver)
-
-
-def _repeated(driver, once: int, reps: int) -> int:
-    """A new graph of ``reps`` child-graph nodes of ``once``, each after the one before; ``once`` is destroyed (each
-    node holds its own clone), and so is the new graph if building it fails."""
-    whole = ctypes.c_void_p()
-    try:
-        isolation.check(driver.cuGraphCreate(ctypes.byref(whole), ctypes.c_uint(0)), "cuGraphCreate")
-        before = None
-        for _ in range(reps):
-            node = ctypes.c_void_p()
-            deps = (ctypes.c_void_p * 1)(before) if before is not None else None
-            isolation.check(driver.cuGraphAddChildGraphNode(ctypes.byref(node), whole, deps,
-                                                            ctypes.c_size_t(0 if deps is None else 1),
-                                                            ctypes.c_void_p(once)), "cuGraphAddChildGraphNode")
-            before = node.value
-    except BaseException:
-        if whole.value:
-            driver.cuGraphDestroy(whole)
-        raise
-    finally:
-        driver.cuGraphDestroy(ctypes.c_void_p(once))
-    return whole.value
