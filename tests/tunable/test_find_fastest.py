@@ -243,11 +243,11 @@ def test_each_timed_measurement_lasts_the_timers_target_the_graph_timers_half_a_
     assert reps and min(reps) * 0.01 >= 0.5 - 1e-9  # the fastest candidate's 0.01 ms per run, 50 runs a replay
 
 
-@pytest.mark.parametrize("target_ms, rounds", [(0.5, 5), (1.0, MIN_ROUNDS), (0.05, MAX_ROUNDS)])
+@pytest.mark.parametrize("target_ms, rounds", [(0.5, 5), (1.0, MIN_ROUNDS), (2.0, MIN_ROUNDS), (0.05, MAX_ROUNDS)])
 def test_timed_rounds_stop_once_each_candidate_is_measured_enough(target_ms, rounds):
     """With budget to spare, the rounds end once a candidate's samples add up to ENOUGH_MS (2.5 ms), never before
-    MIN_ROUNDS: 5 rounds of the graph timer's 0.5 ms replays, 3 of 1 ms samples; the eager timers' 0.05 ms samples
-    go on to MAX_ROUNDS as before."""
+    MIN_ROUNDS: 5 rounds of the graph timer's 0.5 ms replays, 3 of 1 ms samples, 3 of 2 ms (enough after 2, yet
+    MIN_ROUNDS); the eager timers' 0.05 ms samples go on to MAX_ROUNDS as before."""
     from tunekit.tunable.timed_rounds import ENOUGH_MS
     from tunekit.tunable.timing import CpuTimer
 

@@ -20,9 +20,10 @@ __all__ = ["TimedRounds", "MIN_ROUNDS", "MAX_ROUNDS", "ENOUGH_MS"]
 MIN_ROUNDS = 3
 MAX_ROUNDS = 25
 #: Rounds stop (after MIN_ROUNDS) once each candidate's samples add up to this much of its own time: 5 rounds of
-#: the graph timer's 0.5 ms replays, whose tunings agreed within 0.02 us (logsumexp_backward_rank_probe-*); without
-#: it short kernels took rounds to the whole budget (online: 13 calls, 0.2 s per signature, H200). Eager timers'
-#: 0.05 ms samples never reach it in MAX_ROUNDS.
+#: the graph timer's 0.5 ms replays, whose repeated tunings read within 0.1 us of each other
+#: (logsumexp_backward_rank_probe-*); without it short kernels took rounds to the whole budget (online: 13 calls,
+#: 0.2 s per signature, H200). Samples of 0.84 ms or more stop at MIN_ROUNDS; eager timers' samples of short
+#: kernels (0.05 ms) never reach it in MAX_ROUNDS, those of kernels over 0.1 ms a pass do.
 ENOUGH_MS = 2.5
 
 
