@@ -219,6 +219,35 @@ def test_a_device_bound_choice_measures_no_other_candidates_host_time():
     assert other.calls > 0 and choice.calls > 8
 
 
+def test_the_host_time_tie_break_is_pieces_of_work_one_candidates_calls_each():
+    """A session spreads the tie-break over calls like the rest of its work: in one piece it was the longest part of
+    the call that ended a logsumexp tuning (8.8 of 12.8 ms, H100). host_time_steps yields after the choice's short
+    measure and after each tied candidate's host time: no piece runs two candidates' calls."""
+    from tunekit.tunable.host_time import host_time_steps
+    from tunekit.tunable.session import TuningReport
+
+    class Tied:
+        def __init__(self, name):
+            self.name, self.calls = name, 0
+
+        def run(self, p):
+            self.calls += 1
+
+    x = torch.randn(8)
+    tied = [Tied("choice"), Tied("a"), Tied("b")]
+    steps = host_time_steps(TuningReport("choice", True), tied, {c.name: 1e-6 for c in tied}, remeasure=None,
+                            params=ScaleParams(x), base=ScaleParams(x), budget=_budget(100))
+    pieces, last, more = [], [0, 0, 0], True
+    while more:
+        more = next(steps, StopIteration) is not StopIteration
+        now = [c.calls for c in tied]
+        pieces.append([b - a for a, b in zip(last, now)])
+        last = now
+    assert pieces[0] == [8, 0, 0]  # the choice's short measure: host-bound, so the others are measured
+    assert all(sum(n > 0 for n in piece) <= 1 for piece in pieces)
+    assert all(c.calls > 8 for c in tied[1:]) and len(pieces) >= 4
+
+
 def test_each_timed_measurement_lasts_the_timers_target_the_graph_timers_half_a_millisecond():
     """The rounds repeat a candidate until a measurement lasts the timer's target: for the graph timer 0.5 ms
     (replays of one pass, 0.05 ms, ranked ~13 us kernels by something other than their time on an H100:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -24,7 +24,7 @@ from .params import OpParams
 from .screen import Budget, synchronize
 
 __all__ = ["HOST_TIE", "HOST_GAIN", "HOST_BOUND", "CONFIRM_PAIRS", "CONFIRM_MS", "MIN_PAIRS", "host_us_per_call",
-           "cached_call", "confirmed_tie", "prefer_less_host_time"]
+           "cached_call", "confirmed_tie", "prefer_less_host_time", "host_time_steps"]
 
 #: pairs of the head-to-head below which it confirms nothing
 MIN_PAIRS = 3
@@ -74,11 +74,25 @@ def cached_call(c, params: OpParams, base: OpParams) -> Callable[[], object]:
     return lambda: runner(*inputs)
 
 
+def _finished(steps: Iterator):
+    """What the generator ``steps`` returns, all its steps run."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
 def confirmed_tie(measure_choice: Callable[[], float], measure_other: Callable[[], float], budget: Budget,
                   pairs: int = CONFIRM_PAIRS) -> tuple[bool, float]:
     """(tied, ratio): measure the two candidates back to back ``pairs`` times (order alternating, so
     drift and the first-run penalty hit both alike), and whether the median of other/choice is
     within :data:`HOST_TIE`. Fewer than MIN_PAIRS pairs within the budget confirm nothing."""
+    return _finished(_confirming(measure_choice, measure_other, budget, pairs))
+
+
+def _confirming(measure_choice, measure_other, budget: Budget, pairs: int):
+    """:func:`confirmed_tie`, yielding after each pair."""
     ratios = []
     for k in range(pairs):
         if k >= MIN_PAIRS and budget.left_ms() <= 0:
@@ -90,6 +104,7 @@ def confirmed_tie(measure_choice: Callable[[], float], measure_other: Callable[[
             a = measure_choice()
             b = measure_other()
         ratios.append(b / a if a > 0 else math.inf)
+        yield
     ratio = statistics.median(ratios)
     return ratio <= 1.0 + HOST_TIE, ratio
 
@@ -110,6 +125,15 @@ def prefer_less_host_time(report, survivors, times, remeasure, params, base, bud
     A short measure of the choice comes first: a device-bound choice (a 0.4 ms GEMM) returns there.
     Measuring every tied candidate's host time waits for each repeat's queued kernels: 0.2 s of one
     call for three tied 0.4 ms GEMMs on the H100, where tuning steps are to stay within 20 ms."""
+    _finished(host_time_steps(report, survivors, times, remeasure, params, base, budget))
+
+
+def host_time_steps(report, survivors, times, remeasure, params, base, budget) -> Iterator[None]:
+    """:func:`prefer_less_host_time` as a tuning session's work: it yields after each measurement (the choice's
+    short one, each tied candidate's host time, each confirming pair), so that a session spread over calls spreads
+    it too. In one piece it was the last call's longest part: 8.8 ms of a 12.8 ms call ending a logsumexp tuning
+    (H100 trace), such last calls 22-61 ms in the first-use suite against the 20 ms step
+    (``benchmarks/results/host_time_steps-NVIDIA_H100_80GB_HBM3.txt``)."""
     choice = report.choice
     bound = times[choice] * (1.0 + HOST_TIE)
     tied = [c for c in survivors if c.name in times and times[c.name] <= bound]
@@ -120,7 +144,10 @@ def prefer_less_host_time(report, survivors, times, remeasure, params, base, bud
     try:
         if host_us_per_call(cached_call(chosen, params, base), params.device, calls=8, repeats=1) < HOST_BOUND * device_us:
             return  # device-bound: host time is hidden (and measuring it waits out the queued kernels)
-        host = {c.name: host_us_per_call(cached_call(c, params, base), params.device) for c in tied}
+        host = {}
+        for c in tied:
+            yield
+            host[c.name] = host_us_per_call(cached_call(c, params, base), params.device)
     except Exception:  # every tied candidate already ran fine; a failure here keeps the device-time choice
         return
     best = min(host, key=host.get)
@@ -129,7 +156,11 @@ def prefer_less_host_time(report, survivors, times, remeasure, params, base, bud
         return
     records = report.candidates
     try:
-        tied, ratio = confirmed_tie(remeasure(choice, CONFIRM_MS), remeasure(best, CONFIRM_MS), budget)
+        measure_choice = remeasure(choice, CONFIRM_MS)
+        yield
+        measure_best = remeasure(best, CONFIRM_MS)
+        yield
+        tied, ratio = yield from _confirming(measure_choice, measure_best, budget, CONFIRM_PAIRS)
     except Exception:  # e.g. a capture that failed: keep the device-time choice
         return
     if not tied:

@@ -48,7 +48,7 @@ from . import margin_rule
 from .context import TuningSettings
 from .entries import CandidateRecord
 from .errors import TunekitWarning
-from .host_time import prefer_less_host_time
+from .host_time import host_time_steps
 from .params import OpParams, make_trial
 from .preparations import Preparations
 from .screen import WorkBudget, check, input_sets, reference, supports
@@ -202,7 +202,7 @@ class TuningSession(TimedRounds):
             return
         timed = self._prune(survivors)
         times, rounds = yield from self._rounds(timed)
-        self._decide(survivors, times, rounds >= MIN_ROUNDS)
+        yield from self._decide(survivors, times, rounds >= MIN_ROUNDS)
 
     def _screen(self):
         """The support screen, off the budget: online on a preparation worker where the op made its work safe there
@@ -361,22 +361,27 @@ class TuningSession(TimedRounds):
     def _screened(self) -> bool:  # every candidate considered (those deferred to offline tuning by design)
         return not any(r.status == "skipped" and name not in self.deferred for name, r in self.records.items())
 
-    def _decide(self, survivors, times: dict[str, float], rounds_done: bool) -> None:
+    def _decide(self, survivors, times: dict[str, float], rounds_done: bool):
         """The margin rule (``margin_rule.py``) on the rounds' medians when they completed, else the
-        decisive rule on what was measured; then, on CUDA, the host-time tie-break."""
+        decisive rule on what was measured; then, on CUDA, the host-time tie-break, a piece at a time
+        (its choice the incumbent meanwhile); the report is the session's once that ended."""
         default = self.op.default.name
         margin = self.settings.margin if rounds_done else 1.0 - 1.0 / DECISIVE
         choice = margin_rule.choose(times, default, margin, self._floor)
         for name in times:
             self.records[name] = margin_rule.record(name, times, choice, default, margin, rounds_done, self._floor)
-        report = self._finish(choice, self._screened() and rounds_done)
+        report = self._report(choice, self._screened() and rounds_done)
         if self.base.device.type == "cuda" and rounds_done and not self.injected_timer:
-            prefer_less_host_time(report, survivors, times, self.remeasure, self.like_call, self.base, self.budget)
+            yield from host_time_steps(report, survivors, times, self.remeasure, self.like_call, self.base, self.budget)
             self.incumbent = self.op.candidate(report.choice)
             report.tuning_ms = self.budget.spent_ms()
+        self.report = report
 
-    def _finish(self, choice: str, complete: bool) -> TuningReport:
+    def _report(self, choice: str, complete: bool) -> TuningReport:
         self.preparations.cancel()  # the choice is made: what has not started compiling never will
         self.incumbent = self.op.candidate(choice)
-        self.report = TuningReport(choice, complete, self.records, self.budget.spent_ms())
+        return TuningReport(choice, complete, self.records, self.budget.spent_ms())
+
+    def _finish(self, choice: str, complete: bool) -> TuningReport:
+        self.report = self._report(choice, complete)
         return self.report
