@@ -31,6 +31,22 @@ def _timed(kind, fn, name_of=lambda a: ""):
     return wrapper
 
 
+def _timed_steps(kind, steps_fn):
+    """``_timed`` for a generator function (the session's pieces): each piece's time, as the call that ran it saw."""
+    def wrapper(*args, **kwargs):
+        steps = steps_fn(*args, **kwargs)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = next(steps)
+            except StopIteration as done:
+                EVENTS.append((kind, "", (time.perf_counter() - t0) * 1e3))
+                return done.value
+            EVENTS.append((kind, "", (time.perf_counter() - t0) * 1e3))
+            yield item
+    return wrapper
+
+
 def instrument() -> None:
     S = session_module.TuningSession
     session_module.check = _timed("check", session_module.check, lambda a: a[0].name)
@@ -38,10 +54,10 @@ def instrument() -> None:
     S._prepared = _timed("graph set-up", S._prepared, lambda a: a[1].name)
     S._screen_support = _timed("screen", S._screen_support)
     S._wait = _timed("wait (for preparation)", S._wait)
-    S._decide = _timed("decide", S._decide)
+    S._decide = _timed_steps("decide", S._decide)
     session_module.reference = _timed("reference", session_module.reference)
     session_module.input_sets = _timed("input sets", session_module.input_sets)
-    session_module.prefer_less_host_time = _timed("host-time tie", session_module.prefer_less_host_time)
+    session_module.host_time_steps = _timed_steps("host-time tie", session_module.host_time_steps)
     tunable_op_module.TunableOp._store = _timed("store entry", tunable_op_module.TunableOp._store)
 
 

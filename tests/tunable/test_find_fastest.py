@@ -190,19 +190,22 @@ def test_the_confirmation_stops_at_the_budget_after_min_rounds_pairs():
     assert len(calls) == 2 * MIN_ROUNDS
 
 
+class Tied:
+    """A candidate that counts its runs (the host-time tie-break's tests)."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, 0
+
+    def run(self, p):
+        self.calls += 1
+
+
 def test_a_device_bound_choice_measures_no_other_candidates_host_time():
     """The host-time tie-break starts with a short measure of the choice: when its host time is
     hidden behind its device time, no tied candidate is run (each measure waits for its queued
     kernels: 0.2 s of one call for three tied 0.4 ms GEMMs), and the choice stands."""
     from tunekit.tunable.host_time import prefer_less_host_time
     from tunekit.tunable.session import TuningReport
-
-    class Tied:
-        def __init__(self, name):
-            self.name, self.calls = name, 0
-
-        def run(self, p):
-            self.calls += 1
 
     x = torch.randn(8)
     choice, other = Tied("choice"), Tied("other")
@@ -219,23 +222,26 @@ def test_a_device_bound_choice_measures_no_other_candidates_host_time():
     assert other.calls > 0 and choice.calls > 8
 
 
-def test_the_host_time_tie_break_is_pieces_of_work_one_candidates_calls_each():
+def test_the_host_time_tie_break_is_pieces_of_work_with_the_finalists_measured_again_together():
     """A session spreads the tie-break over calls like the rest of its work: in one piece it was the longest part of
     the call that ended a logsumexp tuning (8.8 of 12.8 ms, H100). host_time_steps yields after the choice's short
-    measure and after each tied candidate's host time: no piece runs two candidates' calls."""
-    from tunekit.tunable.host_time import host_time_steps
+    measure and after each tied candidate's host time (one candidate's calls a piece); the two finalists' host times
+    are taken again in one piece (measured in separate calls, a difference could come from the calls' moment); then
+    the device-time head-to-head, a pair a piece, and the host-cheaper candidate is chosen."""
+    import time as _time
+
+    from tunekit.tunable.host_time import CONFIRM_PAIRS, host_time_steps
     from tunekit.tunable.session import TuningReport
 
-    class Tied:
-        def __init__(self, name):
-            self.name, self.calls = name, 0
-
+    class Slow(Tied):
         def run(self, p):
-            self.calls += 1
+            super().run(p)
+            _time.sleep(1e-4)  # 100 us of host time a call: clearly host-bound against a nanosecond kernel
 
     x = torch.randn(8)
-    tied = [Tied("choice"), Tied("a"), Tied("b")]
-    steps = host_time_steps(TuningReport("choice", True), tied, {c.name: 1e-6 for c in tied}, remeasure=None,
+    tied = [Slow("choice"), Tied("a"), Tied("b")]
+    report = TuningReport("choice", True, {})
+    steps = host_time_steps(report, tied, {c.name: 1e-6 for c in tied}, remeasure=lambda name, ms: lambda: 1.0,
                             params=ScaleParams(x), base=ScaleParams(x), budget=_budget(100))
     pieces, last, more = [], [0, 0, 0], True
     while more:
@@ -243,9 +249,11 @@ def test_the_host_time_tie_break_is_pieces_of_work_one_candidates_calls_each():
         now = [c.calls for c in tied]
         pieces.append([b - a for a, b in zip(last, now)])
         last = now
-    assert pieces[0] == [8, 0, 0]  # the choice's short measure: host-bound, so the others are measured
-    assert all(sum(n > 0 for n in piece) <= 1 for piece in pieces)
-    assert all(c.calls > 8 for c in tied[1:]) and len(pieces) >= 4
+    assert pieces[:4] == [[8, 0, 0], [160, 0, 0], [0, 160, 0], [0, 0, 160]]  # the short measure, then one each
+    together = [p for p in pieces if sum(n > 0 for n in p) > 1]
+    assert len(together) == 1 and together[0][0] == 160  # the finalists again: the choice and the cheaper one
+    assert len(pieces) >= 4 + 1 + 2 + CONFIRM_PAIRS  # then two captures and the pairs, a piece each
+    assert report.choice in ("a", "b") and "tied on device time" in report.candidates["choice"].reason
 
 
 def test_each_timed_measurement_lasts_the_timers_target_the_graph_timers_half_a_millisecond():

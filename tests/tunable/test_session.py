@@ -92,6 +92,35 @@ def test_a_step_of_the_whole_budget_keeps_no_slack():
     assert round((clock() - before) * 1e3, 6) == 9.6
 
 
+def test_a_tie_break_is_spread_over_calls_that_run_the_device_time_choice_and_stored_once_ended(monkeypatch):
+    """The host-time tie-break (CUDA only: faked here, three pieces of 15 ms) is pieces of the session's work: no two
+    in one 20 ms call, the calls meanwhile run the device-time choice, the entry is stored only once it ended, with
+    its verdict."""
+    pieces = []
+
+    def tie_break(report, survivors, times, remeasure, params, base, budget):
+        for i in range(3):
+            clock.advance(15.0)
+            pieces.append(i)
+            yield
+        report.choice = "medium"
+
+    monkeypatch.setattr(session, "host_time_steps", tie_break)
+    monkeypatch.setattr(session.TuningSession, "_breaks_ties", lambda self, rounds_done: rounds_done)
+    op, clock = fresh_op({"ref": 2.0, "fast": 1.0, "medium": 1.02})
+    x = torch.randn(64)
+    signature, calls = ScaleParams(x).signature(), []
+    with tuning(tuning_step_ms=20.0, max_tuning_ms=1000.0):
+        while results_store().get("scale", signature, CPU) is None:
+            before = len(pieces)
+            name = op.resolve(ScaleParams(x)).candidate.name
+            if pieces:
+                calls.append((len(pieces) - before, name))
+    assert [n for n, _ in calls] == [1, 1, 1, 0]  # a piece a call, then the call that ends the session
+    assert [name for _, name in calls] == ["fast", "fast", "fast", "medium"]  # the device-time choice meanwhile
+    assert results_store().get("scale", signature, CPU).choice == "medium"
+
+
 def test_calls_run_the_default_until_a_challenger_is_decisive_then_the_challenger():
     op, clock = fresh_op({"ref": 10.0, "fast": 1.0})
     x = torch.randn(64)

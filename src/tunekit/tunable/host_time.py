@@ -129,40 +129,64 @@ def prefer_less_host_time(report, survivors, times, remeasure, params, base, bud
 
 
 def host_time_steps(report, survivors, times, remeasure, params, base, budget) -> Iterator[None]:
-    """:func:`prefer_less_host_time` as a tuning session's work: it yields after each measurement (the choice's
-    short one, each tied candidate's host time, each confirming pair), so that a session spread over calls spreads
-    it too. In one piece it was the last call's longest part: 8.8 ms of a 12.8 ms call ending a logsumexp tuning
-    (H100 trace), such last calls 22-61 ms in the first-use suite against the 20 ms step
-    (``benchmarks/results/host_time_steps-NVIDIA_H100_80GB_HBM3.txt``)."""
+    """:func:`prefer_less_host_time` as a tuning session's work: it yields between measurements (the choice's short
+    one, each tied candidate's host time, the two finalists' host times again, each capture and confirming pair), so
+    that a session spread over calls spreads it too. In one piece it was the last call's longest part: 8.8 ms of a
+    12.8 ms call ending a logsumexp tuning (H100 trace), such last calls 22-61 ms in the first-use suite against the
+    20 ms step (``benchmarks/results/host_time_steps-NVIDIA_H100_80GB_HBM3.txt``). The finalists are measured again
+    in one piece: taken in separate calls, anything that varied between them (a compile's thread holding the
+    interpreter) could fake a host-time gain."""
     choice = report.choice
     bound = times[choice] * (1.0 + HOST_TIE)
-    tied = [c for c in survivors if c.name in times and times[c.name] <= bound]
+    tied = {c.name: c for c in survivors if c.name in times and times[c.name] <= bound}
     if len(tied) < 2 or budget.left_ms() <= 0:
         return
-    chosen = next(c for c in tied if c.name == choice)
     device_us = times[choice] * 1e3
-    try:
-        if host_us_per_call(cached_call(chosen, params, base), params.device, calls=8, repeats=1) < HOST_BOUND * device_us:
-            return  # device-bound: host time is hidden (and measuring it waits out the queued kernels)
-        host = {}
-        for c in tied:
-            yield
-            host[c.name] = host_us_per_call(cached_call(c, params, base), params.device)
-    except Exception:  # every tied candidate already ran fine; a failure here keeps the device-time choice
+    host = yield from _host_times(tied, choice, device_us, params, base)
+    best = min(host, key=host.get) if host else choice
+    if best == choice or not _gains(host, choice, best, device_us):
         return
-    best = min(host, key=host.get)
-    host_bound = host[choice] >= HOST_BOUND * device_us  # us per call against the kernel's
-    if best == choice or not host_bound or host[best] >= HOST_GAIN * host[choice]:
-        return
-    records = report.candidates
+    yield
     try:
+        host = {n: host_us_per_call(cached_call(tied[n], params, base), params.device) for n in (choice, best)}
+        if not _gains(host, choice, best, device_us):
+            return
+        yield
         measure_choice = remeasure(choice, CONFIRM_MS)
         yield
         measure_best = remeasure(best, CONFIRM_MS)
         yield
-        tied, ratio = yield from _confirming(measure_choice, measure_best, budget, CONFIRM_PAIRS)
+        confirmed, ratio = yield from _confirming(measure_choice, measure_best, budget, CONFIRM_PAIRS)
     except Exception:  # e.g. a capture that failed: keep the device-time choice
         return
+    _record(report, times, host, choice, best, confirmed, ratio)
+
+
+def _host_times(tied: dict, choice: str, device_us: float, params, base):
+    """{name: host us per cached call} of the tied candidates, a piece each after the choice's short measure;
+    None when that measure finds the choice device-bound (its host time hidden, and measuring the others would
+    wait out their queued kernels) or a measurement fails (every tied candidate ran fine before: keep the choice)."""
+    try:
+        if host_us_per_call(cached_call(tied[choice], params, base), params.device, calls=8, repeats=1) < \
+                HOST_BOUND * device_us:
+            return None
+        host = {}
+        for name, c in tied.items():
+            yield
+            host[name] = host_us_per_call(cached_call(c, params, base), params.device)
+        return host
+    except Exception:
+        return None
+
+
+def _gains(host: dict, choice: str, best: str, device_us: float) -> bool:
+    """Whether ``best`` saves enough host time over a host-bound ``choice`` (:data:`HOST_BOUND`, :data:`HOST_GAIN`)."""
+    return host[choice] >= HOST_BOUND * device_us and host[best] < HOST_GAIN * host[choice]
+
+
+def _record(report, times, host, choice: str, best: str, tied: bool, ratio: float) -> None:
+    """The tie-break's verdict in ``report``: ``best`` chosen when the head-to-head confirmed the tie."""
+    records = report.candidates
     if not tied:
         records[best] = CandidateRecord(
             "slower", time_ms=times[best],

@@ -371,11 +371,15 @@ class TuningSession(TimedRounds):
         for name in times:
             self.records[name] = margin_rule.record(name, times, choice, default, margin, rounds_done, self._floor)
         report = self._report(choice, self._screened() and rounds_done)
-        if self.base.device.type == "cuda" and rounds_done and not self.injected_timer:
+        if self._breaks_ties(rounds_done):
             yield from host_time_steps(report, survivors, times, self.remeasure, self.like_call, self.base, self.budget)
             self.incumbent = self.op.candidate(report.choice)
             report.tuning_ms = self.budget.spent_ms()
         self.report = report
+
+    def _breaks_ties(self, rounds_done: bool) -> bool:
+        """The host-time tie-break follows complete rounds of the session's own timer, on CUDA."""
+        return self.base.device.type == "cuda" and rounds_done and not self.injected_timer
 
     def _report(self, choice: str, complete: bool) -> TuningReport:
         self.preparations.cancel()  # the choice is made: what has not started compiling never will
