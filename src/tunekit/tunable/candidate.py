@@ -84,7 +84,8 @@ def class_source(cls: type) -> str:
     while first > 0 and lines[first - 1].startswith("@"):
         first -= 1
     above = next((text for text in reversed(lines[:first]) if text.strip() and not text.lstrip().startswith("#")), "")
-    if first > 0 and (above.startswith("@") or (lines[first - 1].strip() and not lines[first - 1].lstrip().startswith("#"))):
+    previous = lines[first - 1] if first > 0 else ""
+    if first > 0 and (above.startswith("@") or (previous.strip() and not previous.lstrip().startswith("#"))):
         return inspect.getsource(cls)  # a decorator above a blank or comment line, or an unusual layout
     return "".join(inspect.getblock(lines[first:]))
 
@@ -120,7 +121,8 @@ class FunctionCandidate:
 
     __slots__ = ("name", "run", "_supports", "_hash", "fast_runner")
 
-    def __init__(self, fn: Callable, name: str | None = None, supports: Callable | None = None, source_hash: str | None = None,
+    def __init__(self, fn: Callable, name: str | None = None, supports: Callable | None = None,
+                 source_hash: str | None = None,
                  fast_runner: Callable | None = None):
         if not callable(fn):
             raise TypeError(f"a candidate must be callable, got {fn!r}")

@@ -11,8 +11,9 @@ Why: on a cached call of a small op host time is the whole cost, and the bar is 
   and cache key, for params in fast form (``params.fast_form()``: no ``out``, contiguous ``x``),
   and drops it with the choice.
 - ``fast_call(x[, extra])``: for ``x`` exactly a ``torch.Tensor``, contiguous, carrying no forward-mode
-  tangent (a runner's kernel would drop it) and not a torch.func transform's wrapped tensor, the key ``(x.dtype, x.numel(), x.data_ptr() & 15, x.device)`` (that is
-  ``UnaryParams.cache_key()``; paired with ``extra``, as gelu's ``approximate``: ``(key, extra)``),
+  tangent (a runner's kernel would drop it) and not a torch.func transform's wrapped tensor, the key
+  ``(x.dtype, x.numel(), x.data_ptr() & 15, x.device)`` (that is ``UnaryParams.cache_key()``; paired with
+  ``extra``, as gelu's ``approximate``: ``(key, extra)``),
   the current settings, enabled, their runners, the runner for the key, ``runner(x)``; for ``x``
   requiring grad only when the runner is one of the op's ``differentiable`` ones: torch's own
   function, whose result gets torch's autograd node as ``F.silu``'s does (the C++ autograd call,

@@ -127,7 +127,7 @@ def _unwritable(p: pathlib.Path) -> str:
 
 
 def _open_read_only(path: str) -> sqlite3.Connection:
-    """The store at path, read-only; ``immutable`` if even that needs files SQLite cannot make (WAL, read-only mount)."""
+    """The store at path, read-only; ``immutable`` if that needs files SQLite cannot make (WAL, read-only mount)."""
     uri, error = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro", None
     for flags in ("", "&immutable=1"):
         conn = _connect(uri + flags, uri=True)

@@ -31,8 +31,8 @@ from .entries import CandidateRecord
 from .params import OpParams, make_trial, output_tensors, trial_outputs
 from .timing import l2_cache_bytes
 
-__all__ = ["Budget", "WorkBudget", "Screened", "supports", "reference", "check", "screen", "input_sets", "prune", "synchronize", "reason",
-           "MAX_INPUT_SETS"]
+__all__ = ["Budget", "WorkBudget", "Screened", "supports", "reference", "check", "screen", "input_sets", "prune",
+           "synchronize", "reason", "MAX_INPUT_SETS"]
 
 #: copies of the inputs at most (each a full copy: memory is the limit on large inputs)
 MAX_INPUT_SETS = 16

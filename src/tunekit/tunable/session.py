@@ -341,7 +341,8 @@ class TuningSession(TimedRounds):
 
     def _warm_numerics(self) -> None:
         """Before the first check only (a session that checks nothing pays nothing), off the budget: done on a
-        worker already (:meth:`_screen_support` started it), else in the call (again there if it failed on the worker)."""
+        worker already (:meth:`_screen_support` started it), else in the call (again there if it failed on the
+        worker)."""
         if not self._warms() or self.preparations.succeeded(WARM_UP):
             return
         with self.budget.paused():

@@ -11,9 +11,10 @@ Valid here means: the same GPU model (name and compute capability), CUDA driver 
 versions, torch and Triton versions up to the minor release (the default candidate is torch's own
 kernel, and Triton compiles the Triton candidates), and the same candidates (each one's source hash)
 as the entry chose among. A candidate added since does not void it: the entry's choice is still the
-best of what it measured, the newcomer is measured at the next pretune (a changed or removed one does). tunekit's own version is left out: the candidates' hashes say what changed. The files
-are the results store's CSV export (``tunekit results export``), one per GPU model, in
-``tunekit/pretuned/``; ``TUNEKIT_USE_SHIPPED=0`` (or ``tuning(use_shipped=False)``) ignores them.
+best of what it measured, the newcomer is measured at the next pretune (a changed or removed one does). tunekit's
+own version is left out: the candidates' hashes say what changed. The files are the results store's CSV export
+(``tunekit results export``), one per GPU model, in ``tunekit/pretuned/``; ``TUNEKIT_USE_SHIPPED=0`` (or
+``tuning(use_shipped=False)``) ignores them.
 
 A shipped choice that must be built first (a candidate with ``prepare``: NVRTC, Triton) is prepared
 on a worker thread (:class:`Preparation`), from the builds shipped beside the file when they match
@@ -55,7 +56,8 @@ _lock = threading.Lock()
 
 def file_for(device_name: str, directory: pathlib.Path | None = None) -> pathlib.Path:
     """The shipped file of a GPU model: ``NVIDIA H200`` -> ``NVIDIA_H200.csv`` (in ``SHIPPED_DIR``)."""
-    return (SHIPPED_DIR if directory is None else directory) / (re.sub(r"[^A-Za-z0-9.-]+", "_", device_name).strip("_") + ".csv")
+    stem = re.sub(r"[^A-Za-z0-9.-]+", "_", device_name).strip("_")
+    return (SHIPPED_DIR if directory is None else directory) / (stem + ".csv")
 
 
 def _minor(version: str | None) -> str | None:

@@ -390,11 +390,11 @@ class TunableOp:
         """After ``signature`` was tuned into the store ``s`` names: drop what the tuning-off caches of
         that store decided (they may hold the default)."""
         for other_id, choices in self._choices.items():
-            if other_id[0] == s.cache_id[0] and not other_id[1]:  # tuning-off caches of this store: may hold the default
+            if other_id[0] == s.cache_id[0] and not other_id[1]:  # this store's tuning-off caches: may hold the default
                 self._decided.get(other_id, {}).pop(signature, None)
                 choices.clear()
                 self._runners.pop(other_id, None)
                 self._forgotten()
 
     def __repr__(self) -> str:
-        return f"<TunableOp {self.name}: {', '.join(c.name + ('*' if c is self.default else '') for c in self.candidates)}>"
+        return f"<TunableOp {self.name}: {', '.join(c.name + '*' * (c is self.default) for c in self.candidates)}>"
