@@ -285,6 +285,7 @@ def _host_busy(us):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_sleep_calibration_is_plausible_and_cached(cuda):
     from tunekit.tunable.timing import sleep_cycles_per_ms
 
@@ -303,6 +304,7 @@ def test_sleep_calibration_is_plausible_and_cached(cuda):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_queued_time_of_a_host_bound_kernel_is_its_device_time(cuda):
     x = torch.zeros(1024, device=cuda)
 
@@ -322,6 +324,7 @@ def test_queued_time_of_a_host_bound_kernel_is_its_device_time(cuda):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 @pytest.mark.parametrize("numel", [1 << 20, 1 << 22])
 def test_queued_agrees_with_graph_replay(cuda, numel):
     """4 MB and 16 MB fp32 inputs, rotated over enough buffers to read them cold from memory."""
@@ -346,6 +349,7 @@ def test_queued_agrees_with_graph_replay(cuda, numel):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_a_spin_that_cannot_cover_the_enqueue_is_flagged_and_a_free_one_is_not(cuda):
     x = torch.zeros(1024, device=cuda)
 
@@ -365,6 +369,7 @@ def test_a_spin_that_cannot_cover_the_enqueue_is_flagged_and_a_free_one_is_not(c
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_one_replay_per_measurement_reads_what_twenty_read(cuda):
     """Tuning times a 0.18 ms kernel one replay per measurement: the host's launch of the replay must not be
     in the time (it was: 0.185-0.211 ms for a 0.181 ms kernel on an H100, and two identical candidates
