@@ -17,6 +17,18 @@ from tunekit.tunable.screen import input_sets  # noqa: E402
 NAMES = ["logsumexp_backward_triton_flat_b1024_w4", "logsumexp_backward_triton_static_b1024_w4"]
 
 
+def spin_mhz(context, cycles: int = 200_000) -> float:
+    """The SM clock right after ``context`` ran: a spin of ``cycles`` clock cycles timed with events (MHz)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(50_000)  # the host enqueues the rest meanwhile
+    context()
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end) / 1e3
+
+
 def main() -> None:
     device = torch.device("cuda", torch.cuda.current_device())
     d = next(x for x in directions("logsumexp") if x.direction == "bwd")
@@ -34,6 +46,10 @@ def main() -> None:
         "read 64 MiB (sum)": lambda: big[0].sum(dtype=torch.int32),
         "static kernel on another set": lambda: op.candidate(NAMES[1]).run(other),
         "spin 50 us": lambda: torch.cuda._sleep(int(0.05 * timing.sleep_cycles_per_ms(device))),
+        "copy 64 MiB x 12 (~0.5 ms)": lambda: [big[1].copy_(big[0]) for _ in range(12)],
+        "read 64 MiB x 12 (sum)": lambda: [big[0].sum(dtype=torch.int32) for _ in range(12)],
+        "read 4 MiB (sum)": lambda: small[0].sum(dtype=torch.int32),
+        "read 64 MiB (amax)": lambda: big[0].amax(),
     }
     timer = timing.CudaGraphTimer(device)
     runners = {}
@@ -58,9 +74,10 @@ def main() -> None:
         for i in range(12):
             for n in (NAMES if i % 2 == 0 else NAMES[::-1]):
                 samples[n].append(measures[n]() / len(sets) * 1e3)
+        clocks = f"{statistics.median(spin_mhz(context) for _ in range(5)):.0f} MHz"
         cells = ", ".join(f"{n.split('_triton_')[1]} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
                           for n, v in samples.items())
-        print(f"{label:30s} {cells}", flush=True)
+        print(f"{label:30s} {cells}; a spin's clock right after the context {clocks}", flush=True)
     queue.record_start = plain_start
 
 

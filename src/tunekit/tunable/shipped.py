@@ -2,9 +2,9 @@
 
 Online tuning cannot give a short program its tuned speed: a 200 ms budget is 20% of a program
 that calls a 20 us op 10,000 times, and a GEMM's candidates take seconds to compile. So tunekit
-ships, per GPU model, the entries that offline tuning (``benchmarks/pretune.py``: the benchmark
-suites' signatures and the model step's GEMMs) chose on that GPU, as FlagGems ships tuned configs
-per GPU. A signature with no valid entry in the user's results store uses a shipped entry when it
+ships, per GPU model, the entries that offline tuning (``benchmarks/pretune.py``: the first-use and
+GEMM suites' signatures; not the model step's GEMMs, which tune online) chose on that GPU, as FlagGems
+ships tuned configs per GPU. A signature with no valid entry in the user's results store uses a shipped entry when it
 is valid here; the user's own entries (``tunekit tune``, online tuning) always come first.
 
 Valid here means: the same GPU model (name and compute capability), CUDA driver and runtime
