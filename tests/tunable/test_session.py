@@ -52,12 +52,12 @@ def test_tuning_is_spread_over_calls_each_within_its_step_and_finishes():
 
 
 @pytest.mark.parametrize("piece_ms, share_ms, per_call_ms",
-                         [(3.0, 10.0, 9.0), (15.0, 10.0, 15.0), (4.0, 10.0, 8.0), (2.4, 10.0, 7.2)])
+                         [(3.0, 10.0, 6.0), (2.0, 10.0, 8.0), (15.0, 10.0, 15.0), (4.0, 10.0, 8.0), (2.4, 10.0, 7.2)])
 def test_a_call_starts_no_piece_of_work_that_would_not_fit_its_share(piece_ms, share_ms, per_call_ms):
-    """The per-call cap: three 3 ms pieces fit a 10 ms share and a fourth would not (without the
-    look-ahead, the call ended at 12 ms); a piece longer than the share still runs, alone, so that
-    tuning progresses; the last STEP_SLACK of the share is the call's own (a fourth 2.4 ms piece
-    would end at 9.6 ms, past 9.5)."""
+    """The per-call cap: four 2 ms pieces fit a 10 ms share and a fifth would not (without the
+    look-ahead, the call ended at 10 ms or later); a piece longer than the share still runs, alone, so
+    that tuning progresses; the last STEP_SLACK of the share is the call's own and a late piece's (a
+    third 3 ms piece or a fourth 2.4 ms one would end past 8.5 ms)."""
     op, clock = fresh_op({"ref": 1.0, "fast": 0.5})
     with tuning(max_tuning_ms=1e6) as s:
         tuning_session = session.TuningSession(op, ScaleParams(torch.randn(8)), s, clock=clock)

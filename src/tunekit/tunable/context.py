@@ -49,7 +49,7 @@ class TuningSettings:
     #: process that tunes resumes it). Offline tuning (``tunekit tune``) uses it per signature, doubled
     #: on each retry of an attempt that did not complete (``offline/tune_one.py``).
     max_tuning_ms: float = 200.0
-    #: The most one call spends tuning, in ms, its own run included (tuning work fills at most 95% of
+    #: The most one call spends tuning, in ms, its own run included (tuning work fills at most 85% of
     #: it: ``session.STEP_SLACK``): a new signature's tuning is spread over its first calls, each
     #: running the best candidate known so far. A value >= ``max_tuning_ms`` tunes in the first
     #: call, as one blocking step.
