@@ -47,9 +47,34 @@ def test_round_trip_put_get_entries_len(tmp_path):
     reopened.close()
 
 
+def test_a_new_file_is_made_by_the_first_write_not_by_opening_or_a_lookup(tmp_path):
+    path = tmp_path / "sub" / "results.sqlite"
+    store = ResultsStore(path)
+    assert store.get("matmul", "sig", "cpu") is None
+    assert not path.exists() and path.parent.is_dir() and store.writable
+    e = make_entry()
+    store.put(e)
+    assert path.exists()
+    assert ResultsStore(path).get(e.op, e.signature, e.device) == e
+    store.close()
+
+
+def test_a_file_another_process_made_after_opening_is_read(tmp_path):
+    path = tmp_path / "results.sqlite"
+    late, e = ResultsStore(path), make_entry()
+    assert late.get(e.op, e.signature, e.device) is None
+    other = ResultsStore(path)
+    other.put(e)
+    other.close()
+    assert late.get(e.op, e.signature, e.device) == e
+    late.close()
+
+
 def test_file_layout(tmp_path):
     path = tmp_path / "results.sqlite"
-    ResultsStore(path).close()
+    store = ResultsStore(path)
+    store.record_untuned("matmul", "sig", "cpu", {})  # the first write makes the file
+    store.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # self-contained: no -wal file

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 import pathlib
@@ -37,6 +36,7 @@ from importlib import resources
 
 import torch
 
+from ..tunable.installed import installed_version
 from .cache import UntrustedCache, cache_dir, entry_problem, private_dir, warn_once
 from .driver import NvrtcUnavailable, bindings, check
 from .shipped_kernels import shipped_cubin
@@ -194,10 +194,9 @@ def nvrtc_release() -> str:
 def _wheel_release() -> str | None:
     """The NVRTC wheel's name and version, or None when NVRTC does not come from one."""
     for wheel in _NVRTC_WHEELS:
-        try:
-            return f"{wheel} {importlib.metadata.version(wheel)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
+        version = installed_version(wheel)
+        if version is not None:
+            return f"{wheel} {version}"
     return None
 
 

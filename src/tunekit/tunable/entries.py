@@ -110,14 +110,23 @@ def check_entry(e: Entry) -> None:
              "validators must be an object of string -> string")
     _require(isinstance(e.candidates, dict), "candidates must map names to CandidateRecord")
     for name, rec in e.candidates.items():
-        _require(isinstance(name, str) and isinstance(rec, CandidateRecord),
-                 f"candidate {name!r} must map a string to a CandidateRecord")
-        _require(rec.status in STATUSES, f"candidate {name!r} has unknown status {rec.status!r}")
-        _require(rec.time_ms is None or _is_number(rec.time_ms),
-                 f"candidate {name!r} time_ms must be a finite number or null, got {rec.time_ms!r}")
-        _require(rec.reason is None or isinstance(rec.reason, str),
-                 f"candidate {name!r} reason must be a string or null")
+        problem = _record_problem(name, rec)
+        if problem:  # the message only for a bad record: formatting one per record was a third of a row's read
+            raise ValueError(problem)
     _require(e.choice in e.candidates, f"choice {e.choice!r} is not one of the candidates")
+
+
+def _record_problem(name, rec) -> str | None:
+    """What is wrong with one (name, CandidateRecord) of an entry, or None."""
+    if not (isinstance(name, str) and isinstance(rec, CandidateRecord)):
+        return f"candidate {name!r} must map a string to a CandidateRecord"
+    if rec.status not in STATUSES:
+        return f"candidate {name!r} has unknown status {rec.status!r}"
+    if not (rec.time_ms is None or _is_number(rec.time_ms)):
+        return f"candidate {name!r} time_ms must be a finite number or null, got {rec.time_ms!r}"
+    if not (rec.reason is None or isinstance(rec.reason, str)):
+        return f"candidate {name!r} reason must be a string or null"
+    return None
 
 
 def to_row(e: Entry) -> tuple:

@@ -3,8 +3,10 @@
 Tuning is expensive, so its outcome is kept in an SQLite file that many processes (loader workers,
 parallel tests, jobs on one node) read and write at once: ``BEGIN IMMEDIATE`` writes and a long busy
 timeout make that safe without a server. A rollback journal keeps the file self-contained: a
-committed write is in the file itself, so a copy of the file alone has every entry. Nested data is
-JSON, never pickle; schema and row format: :mod:`tunekit.tunable.entries`. Stdlib only (no torch).
+committed write is in the file itself, so a copy of the file alone has every entry. A file that does
+not exist yet is made by the first write, not by opening: a process whose first calls find shipped
+results writes nothing. Nested data is JSON, never pickle; schema and row format:
+:mod:`tunekit.tunable.entries`; opening a file: :mod:`tunekit.tunable.results_open`. Stdlib only (no torch).
 
 The store never takes the program down, and never loses data without saying so. A read-only file
 (a container image, a read-only mount) is read as usual; writes are dropped with one warning. A
@@ -19,167 +21,25 @@ import contextlib
 import json
 import os
 import pathlib
-import random
 import sqlite3
 import sys
 import threading
 import time
-import urllib.parse
 import warnings
 import weakref
 
-from .entries import (APPLICATION_ID, CSV_COLUMNS, SCHEMA, SCHEMA_VERSION, CandidateRecord, Entry, UntunedRecord,
-                      check_entry, default_results_path, inspect_schema, load_rows, load_untuned, read_csv, to_row,
-                      write_csv)
+from .entries import (APPLICATION_ID, CSV_COLUMNS, SCHEMA_VERSION, CandidateRecord, Entry, UntunedRecord, check_entry,
+                      default_results_path, load_rows, load_untuned, read_csv, to_row, write_csv)
 from .errors import ResultsStoreError, TunekitWarning
+from .results_open import Problem, absent_and_creatable, connect, open_file, retry, transaction, unwritable
 
 __all__ = ["ResultsStore", "SCHEMA_VERSION", "APPLICATION_ID", "CandidateRecord", "Entry", "UntunedRecord",
            "default_results_path"]
 
-_BUSY_TIMEOUT_MS = 30_000
-_LOCK_RETRIES = 5
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _IS_KEY = "op = ? AND signature = ? AND device = ?"
 _SELECT_ENTRIES = f"SELECT {', '.join(CSV_COLUMNS)} FROM entries"
 _UPSERT_ENTRY = (f"INSERT OR REPLACE INTO entries ({', '.join(CSV_COLUMNS)}) "
                  f"VALUES ({', '.join('?' * len(CSV_COLUMNS))})")
-
-
-class _Problem(Exception):
-    """The file at the store's path cannot be used; the message says why."""
-
-
-def _retry(fn):
-    """Call fn, retrying when SQLite reports a lock it did not wait out (rare with the busy timeout)."""
-    for attempt in range(_LOCK_RETRIES):
-        try:
-            return fn()
-        except sqlite3.OperationalError as e:
-            if attempt == _LOCK_RETRIES - 1 or not ("locked" in str(e) or "busy" in str(e)):
-                raise
-            time.sleep(0.05 * 2 ** attempt * (1 + random.random()))
-
-
-def _transaction(conn: sqlite3.Connection, fn, mode: str = "IMMEDIATE"):
-    """fn(conn) in one transaction.  Writes use IMMEDIATE: taking the write lock up front
-    avoids the deadlock two deferred transactions hit when both upgrade to writing."""
-    conn.execute(f"BEGIN {mode}")
-    try:
-        result = fn(conn)
-        conn.execute("COMMIT")
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-    if mode == "IMMEDIATE":  # a file still in WAL mode: the commit into the main file (no-op otherwise)
-        with contextlib.suppress(sqlite3.Error):  # committed: a failed checkpoint loses nothing
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    return result
-
-
-def _connect(target: str, uri: bool = False) -> sqlite3.Connection:
-    """A connection with no implicit transactions (we BEGIN/COMMIT); one to ":memory:" has the tables."""
-    conn = sqlite3.connect(target, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                           check_same_thread=False, uri=uri)
-    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-    for statement in SCHEMA if target == ":memory:" else ():
-        conn.execute(statement)
-    return conn
-
-
-def _create_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables unless another process won the race to do so."""
-    if inspect_schema(conn) == "new":  # look again, now holding the write lock
-        for statement in SCHEMA:
-            conn.execute(statement)
-
-
-def _check(conn: sqlite3.Connection) -> str:
-    """inspect_schema ("new" or "ours"), then a quick_check of a store of ours."""
-    state = _retry(lambda: _transaction(conn, inspect_schema, "DEFERRED"))
-    if state == "ours":
-        check = conn.execute("PRAGMA quick_check").fetchall()
-        if check != [("ok",)]:
-            raise _Problem(f"is corrupt (quick_check: {' '.join(str(check[0][0]).split())[:200]})")
-    return state
-
-
-def _header(p: pathlib.Path) -> bytes | None:
-    """The file's first bytes (None when it does not exist, its folder made); _Problem if unreadable."""
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if p.is_dir():
-            raise _Problem("is a directory")
-        with open(p, "rb") as f:
-            header = f.read(len(_SQLITE_MAGIC))
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise _Problem(f"cannot be created or read ({e.strerror or e})") from None
-    if header and header != _SQLITE_MAGIC:
-        raise _Problem("is not an SQLite database (corrupt, or some other kind of file)")
-    return header
-
-
-def _unwritable(p: pathlib.Path) -> str:
-    """Why this process cannot write the store at p ("" when it can)."""
-    ok = os.access(p, os.W_OK) and os.access(p.parent, os.W_OK | os.X_OK)
-    return "" if ok else "the file, or its folder (where SQLite's journal goes), is not writable"
-
-
-def _open_read_only(path: str) -> sqlite3.Connection:
-    """The store at path, read-only; ``immutable`` if that needs files SQLite cannot make (WAL, read-only mount)."""
-    uri, error = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro", None
-    for flags in ("", "&immutable=1"):
-        conn = _connect(uri + flags, uri=True)
-        try:
-            if _check(conn) == "new":
-                raise _Problem("is empty and read-only")
-            return conn
-        except sqlite3.OperationalError as e:  # cannot read or lock it this way: try the next
-            conn.close()
-            error = e
-        except BaseException:
-            conn.close()
-            raise
-    raise _Problem(f"cannot be read ({error})")
-
-
-def _open_writable(p: pathlib.Path) -> sqlite3.Connection:
-    """The store at p for reading and writing, its tables made if it is new. A file left in WAL mode
-    is switched to a rollback journal; while another process has it open that fails at once and the
-    file stays in WAL mode, each write then checkpointed (see _transaction)."""
-    if not os.access(p.parent, os.W_OK | os.X_OK):
-        raise _Problem("cannot be created (its folder is not writable)")
-    conn = _connect(str(p))
-    try:
-        state = _check(conn)
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-            with contextlib.suppress(sqlite3.OperationalError):
-                conn.execute("PRAGMA journal_mode = DELETE").fetchall()
-        if state == "new":
-            _retry(lambda: _transaction(conn, _create_schema))
-        return conn
-    except BaseException:
-        conn.close()
-        raise
-
-
-def _open_file(path: str, read_only: bool) -> tuple[sqlite3.Connection, str]:
-    """(connection, why it is read-only or "") for the store at path, created if needed; _Problem says
-    why it cannot be used. Nothing is written before the file is known to be empty or ours."""
-    p = pathlib.Path(path)
-    exists = _header(p) is not None
-    why = "opened read-only" if read_only else _unwritable(p) if exists else ""
-    try:
-        if not why:
-            return _open_writable(p), ""
-        if not exists:
-            raise _Problem("does not exist (and is opened read-only)")
-        return _open_read_only(path), why
-    except ValueError as e:  # inspect_schema: not a store of ours
-        raise _Problem(str(e)) from None
-    except sqlite3.Error as e:
-        raise _Problem(f"is corrupt or unusable ({e})") from None
 
 
 def _outside_caller() -> int:
@@ -226,7 +86,8 @@ class ResultsStore:
         self._lock, self._conn, self._pid = threading.Lock(), None, os.getpid()
         _STORES.add(self)
         with self._lock:
-            self._connection()
+            if self.in_memory or self._open_read_only or not absent_and_creatable(self.path):
+                self._connection()  # else made by the first write (see get)
 
     @property
     def writable(self) -> bool:
@@ -250,11 +111,11 @@ class ResultsStore:
         self._pid = os.getpid()
         if self._conn is None:
             if self.in_memory:
-                self._conn = _connect(":memory:")
+                self._conn = connect(":memory:")
             else:
                 try:
-                    self._conn, self.read_only = _open_file(self.path, self._open_read_only)
-                except _Problem as e:
+                    self._conn, self.read_only = open_file(self.path, self._open_read_only)
+                except Problem as e:
                     self._fall_back(str(e))
         return self._conn
 
@@ -264,7 +125,7 @@ class ResultsStore:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
         self.in_memory, self.problem, self.read_only = True, problem, ""
-        self._conn = _connect(":memory:")
+        self._conn = connect(":memory:")
         warnings.warn(f"tunekit results file {self.path!r} {problem}; tuning results will not be saved and "
                       "results stored in it are not used (using an empty in-memory store instead)",
                       TunekitWarning, stacklevel=_outside_caller())
@@ -286,13 +147,13 @@ class ResultsStore:
                 self._drop()
                 return dropped
             try:
-                return _retry(lambda: fn(conn))
+                return retry(lambda: fn(conn))
             except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.DataError):
                 raise  # a bug in the caller or in us, not a broken file
             except sqlite3.DatabaseError as e:
                 if self.in_memory:
                     raise
-                if write and ("readonly" in str(e) or _unwritable(pathlib.Path(self.path))):  # a remount, chmod
+                if write and ("readonly" in str(e) or unwritable(pathlib.Path(self.path))):  # a remount, chmod
                     self._drop(f"became read-only while in use: {e}")
                     return dropped
                 self._fall_back(f"failed while in use ({e})")
@@ -312,11 +173,13 @@ class ResultsStore:
         return self._run(lambda conn: conn.execute(sql, params).fetchall())
 
     def _write(self, fn, dropped=None):
-        return self._run(lambda conn: _transaction(conn, fn), write=True, dropped=dropped)
+        return self._run(lambda conn: transaction(conn, fn), write=True, dropped=dropped)
     _read = query
 
     def get(self, op: str, signature: str, device: str) -> Entry | None:
-        """The entry for (op, signature, device), or None."""
+        """The entry for (op, signature, device), or None (at once when no file was made yet)."""
+        if self._conn is None and not self.in_memory and not os.path.lexists(self.path):
+            return None
         found = load_rows(self._read(f"{_SELECT_ENTRIES} WHERE {_IS_KEY}", (op, signature, device)))
         return found[0] if found else None
 

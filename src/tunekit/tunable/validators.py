@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.metadata
 import platform
 
 import torch
 
 from .._version import __version__
+from .installed import installed_version
 
 __all__ = ["environment", "device_name", "candidate_hashes", "validators_for", "mismatches"]
 
 
 def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
+    return installed_version(package) or "none"
 
 
 @functools.lru_cache(maxsize=None)

@@ -24,6 +24,9 @@ class CudaRowsBackward(CudaRows):
         self.threads_per_row, self.split, self.max_cols = threads_per_row, True, None
         self.rows_per_block = BLOCK // threads_per_row
 
+    def merges(self, p) -> tuple:  # split rows write their own gradient: nothing to merge
+        return ()
+
     def run(self, p):
         out = p.out if p.out is not None else p.new_outputs()["out"]
         # items for ~1.3 waves of resident blocks leave most SMs idle in the second wave; more, smaller
@@ -40,6 +43,9 @@ class CudaColumnsBackward(CudaColumns):
 
     def __init__(self, name: str, dtype: torch.dtype, *, vec: int, unroll: int):
         CudaReduction.__init__(self, name, "logsumexp_backward.cu", name, dtype, vec=vec, unroll=unroll)
+
+    def merges(self, p) -> tuple:  # split columns write their own gradient: nothing to merge
+        return ()
 
     def run(self, p):
         out = p.out if p.out is not None else p.new_outputs()["out"]

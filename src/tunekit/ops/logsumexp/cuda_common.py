@@ -96,13 +96,22 @@ class CudaReduction(Candidate):
         return nvrtc.available()
 
     def prepare(self, p) -> None:
-        """Compile and load this candidate's kernels (its own and the merge passes) on ``p``'s device:
-        tuning calls it on a worker thread, so the first run does not wait for NVRTC (nor for the C
-        launch extension's build, on a machine's first use)."""
+        """Compile and load the kernels ``run(p)`` launches (its own, and a merge pass where ``p``'s launch
+        is split) on ``p``'s device: tuning calls it on a worker thread, so the first run does not wait
+        for NVRTC (nor for the C launch extension's build, on a machine's first use)."""
         index = p.x.get_device()
-        for kernel in (self.kernel, self.combine, self.combine_wide):
+        for kernel in (self.kernel, *self.merges(p)):
             kernel.address(index)
         cuda.direct_launch()
+
+    def merges(self, p) -> tuple:
+        """The merge kernels ``run(p)`` launches: none here (a form that merges says when). Loading both
+        for every candidate took two module loads, 0.6-1.3 ms each, of a shipped choice's first call (H100)."""
+        return ()
+
+    def merge_kernel(self, splits: int):
+        """A warp per result while 4 loads per lane cover the splits, else a block per result."""
+        return self.combine if splits <= WARP_MERGE_SPLITS else self.combine_wide
 
     def source_hash(self) -> str:
         return hash_source(self.kernel.source_hash(), self.name, self.kernel.name, self.vec, self.unroll, BLOCK, IX)
@@ -113,9 +122,6 @@ class CudaReduction(Candidate):
         A warp per result while 4 loads per lane cover the splits, else a block per result;
         launched as a dependent of the first pass (its launch latency hides behind that pass's
         last wave)."""
-        sms = sm_count(index)
-        if splits <= WARP_MERGE_SPLITS:
-            kernel, grid = self.combine, combine_grid(n, sms)
-        else:
-            kernel, grid = self.combine_wide, min(n, sms * BLOCKS_PER_SM * 4)
+        sms, kernel = sm_count(index), self.merge_kernel(splits)
+        grid = combine_grid(n, sms) if splits <= WARP_MERGE_SPLITS else min(n, sms * BLOCKS_PER_SM * 4)
         kernel.launch_dependent(index, grid, BLOCK, partials, out, n, splits, split_stride, result_stride)

@@ -64,6 +64,10 @@ class CudaRows(CudaReduction):
                                         tile=self.threads_per_row * self.vec * self.unroll, **split)
         return index, min(groups * splits, sms * BLOCKS_PER_SM * 4), rows, cols, chunk, splits
 
+    def merges(self, p) -> tuple:
+        splits = self._work(p, split={} if self.split else None)[5]
+        return () if splits == 1 else (self.merge_kernel(splits),)
+
     def run(self, p):
         x = p.x
         out = p.out if p.out is not None else p.new_outputs()["out"]
@@ -144,6 +148,10 @@ class CudaColumns(CudaReduction):
 
     def source_hash(self) -> str:
         return hash_source(super().source_hash(), self.ix)
+
+    def merges(self, p) -> tuple:
+        splits = self._work(p)[6]
+        return () if splits == 1 else (self.merge_kernel(splits),)
 
     def run(self, p):
         x = p.x
