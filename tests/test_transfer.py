@@ -86,7 +86,9 @@ def test_importing_into_a_store_that_cannot_keep_the_entries_fails_and_reports_n
 
     source = tuned_store(tmp_path / "a.sqlite")
     transfer.export_results(source, tmp_path / "r.csv")
-    results_store(str(tmp_path / "b.sqlite")).close()
+    existing = results_store(str(tmp_path / "b.sqlite"))
+    existing.record_untuned("silu", "f32[3]", "cpu", {})  # a file is made by its first write
+    existing.close()
     before = (tmp_path / "b.sqlite").read_bytes()
     read_only = ResultsStore(tmp_path / "b.sqlite", read_only=True)
     with pytest.raises(ResultsStoreError, match="cannot import results: .* is read-only"):

@@ -62,6 +62,8 @@ def installed_version(name: str) -> str | None:
         if not isinstance(folder, str) or os.path.isfile(folder):
             return _from_metadata(name)  # a zip or other importer on the path: the slow, general way
         for entry in _listing(folder):
+            if entry[:1].lower() != want[:1]:  # most entries: normalizing each took 0.4 ms of a first lookup
+                continue
             if entry.endswith((".egg-info", ".egg")) and _normalized(entry.split("-")[0]) == want:
                 return _from_metadata(name)
             if entry.endswith(".dist-info") and _normalized(entry[:-len(".dist-info")].split("-")[0]) == want:
