@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import tunekit
-from tunekit.tunable import results_store, tuning
+from tunekit.tunable import context, results_store, tuning
+from tunekit.tunable.registry import get_op
+from tunekit.tunable.session import TuningSession
 
 pytestmark = pytest.mark.gpu
 
@@ -46,17 +48,57 @@ def test_opcheck_every_custom_op_on_cuda(cuda, dtype):
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_compiled_step_runs_tuned_ops_and_matches_float64(cuda, mode):
+def test_compiled_step_runs_tunekit_ops_and_matches_float64(cuda, mode):
     torch._dynamo.reset()
     x = torch.randn(256, 128, device=cuda, dtype=torch.float16)
     w = torch.randn(128, 128, device=cuda, dtype=torch.float16) / 12
     compiled = torch.compile(_step, fullgraph=True, mode=mode)
-    with tuning(results=":memory:"):
+    with tuning(results=":memory:", record_untuned=True):
         for _ in range(3):  # warm-up runs, then graph replays for reduce-overhead
             got = compiled(x, w)
         torch.cuda.synchronize()
         tuned = {e.op for e in results_store(":memory:").entries()}
-    assert {"silu", "gelu", "logsumexp"} <= tuned, tuned  # tuned at run time by the compiled code
+        untuned = {u.op for u in results_store(":memory:").untuned()}
+    if mode == "default":
+        assert {"silu", "gelu", "logsumexp"} <= tuned, tuned  # tuned at run time by the compiled code
+    else:  # Inductor's warm-up, then its capture, make the graph: nothing tuned, recorded for later tuning
+        assert {"silu", "gelu", "logsumexp"} <= untuned and not tuned, (untuned, tuned)
+    torch.testing.assert_close(got.double(), _reference(x, w), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("eager_first", [False, True])
+@pytest.mark.parametrize("step_ms", [20.0, 0.3])
+def test_no_tuning_session_works_in_inductors_cudagraph_warm_up(cuda, tmp_path, monkeypatch, step_ms, eager_first):
+    """The warm-up before a reduce-overhead capture allocates from the graphs' pool; a session spread over
+    calls kept tensors it made there, and the next compiled call raised "tensors in the cudagraph pool not
+    tracked as outputs" (default step and a short one). Sessions neither start nor advance there: every
+    advance runs on the default stream (the trees warm up and capture on a stream of their own)."""
+    torch._dynamo.reset()
+    x = torch.randn(512, 256, device=cuda, dtype=torch.float16)
+    w = torch.randn(256, 256, device=cuda, dtype=torch.float16) / 16
+    ops = [get_op(name) for name in ("silu", "gelu", "logsumexp")]
+    on_default_stream, advance = [], TuningSession.advance
+
+    def spied(session, step_ms):
+        on_default_stream.append(torch.cuda.current_stream() == torch.cuda.default_stream())
+        return advance(session, step_ms)
+    monkeypatch.setattr(TuningSession, "advance", spied)
+    compiled = torch.compile(_step, fullgraph=True, mode="reduce-overhead")
+    with tuning(results=str(tmp_path / "results.sqlite"), tuning_step_ms=step_ms):
+        cache_id = context.current().cache_id
+        under_way = []
+        if eager_first:
+            _step(x, w)  # sessions start here, outside any graph
+            under_way = [s for op in ops for key, s in op._sessions.items() if key[0] == cache_id]
+            assert under_way or step_ms > 1  # a short step leaves sessions under way
+        for _ in range(4):  # warm-up, capture, replays
+            got = compiled(x, w)
+        torch.cuda.synchronize()
+        started = [key for op in ops for key, s in op._sessions.items() if key[0] == cache_id and s not in under_way]
+        assert not started  # none started in the warm-up or the capture
+        assert all(on_default_stream) and (on_default_stream or not eager_first or step_ms > 1)
+        for op in ops:
+            op.forget()
     torch.testing.assert_close(got.double(), _reference(x, w), rtol=2e-2, atol=2e-2)
 
 

@@ -13,9 +13,9 @@ one signature tune once, and tuning runs never overlap each other's timings):
 1. a choice already made in this process for the same signature;
 2. a valid stored entry for (op, signature, device), else a shipped one (:mod:`tunekit.tunable.shipped`:
    prepared on a worker while a stand-in or the default runs, as a stored choice whose build takes seconds);
-3. tuning on, not capturing a CUDA graph -> a tuning session, spread over calls (its incumbent runs
+3. tuning on, not making a CUDA graph -> a tuning session, spread over calls (its incumbent runs
    meanwhile, from the cache while the session waits for compiles), then the entry is stored;
-4. otherwise the default, recorded as untuned with ``record_untuned`` (nothing cached in graph capture).
+4. otherwise the default, recorded as untuned with ``record_untuned`` (nothing cached while a graph is made).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import context, fast_path, isolation, preparations, shipped, validators
+from . import context, fast_path, graph_making, isolation, preparations, shipped, validators
 from .candidate import as_candidate
 from .errors import TunekitWarning
 from .session import TuningSession
@@ -281,9 +281,9 @@ class TunableOp:
 
     def decide_here(self, params, s, signature, device, device_name, *, incremental: bool = True) -> Resolution:
         """Decide a signature met for the first time, in this process: a valid stored entry, else a valid shipped
-        one (pre-tuned for this GPU model), else tuning (when the settings allow it and no graph is being captured),
+        one (pre-tuned for this GPU model), else tuning (when the settings allow it and no CUDA graph is being made),
         else the default. ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        making = graph_making.why(device)  # a capture, or Inductor's warm-up before one: never tuned
         store = results_store(s.results)
         if self._hashes is None:  # hashing every candidate's source took 0.3-2.6 ms per new signature
             self._hashes = validators.candidate_hashes(self.candidates)
@@ -294,10 +294,10 @@ class TunableOp:
             problems = validators.mismatches(entry.validators, current)
             if entry.choice not in self._by_name:
                 problems.append(f"chosen candidate {entry.choice} no longer exists")
-            if not problems and (entry.complete or not s.tuning or capturing):
+            if not problems and (entry.complete or not s.tuning or making):
                 how = "stored result" if entry.complete else "stored result (incomplete tuning)"
                 r = Resolution(self._by_name[entry.choice], how, signature, device_name, entry)
-                slow = getattr(r.candidate, "slow_build", False) and incremental and not capturing
+                slow = getattr(r.candidate, "slow_build", False) and incremental and not making
                 return self._when_prepared(s, signature, s.max_tuning_ms, (r, params)) if slow else r
             stale = "; ".join(problems) if problems else "stored entry is incomplete"
             prior = None if problems else self._by_name[entry.choice]  # what runs while tuning resumes
@@ -305,17 +305,17 @@ class TunableOp:
         if shipped_entry is not None and shipped_entry.choice in self._by_name:
             why = "shipped result (pre-tuned on this GPU model)" + (f"; stored entry ignored: {stale}" if stale else "")
             r = Resolution(self._by_name[shipped_entry.choice], why, signature, device_name, shipped_entry)
-            return r if capturing or not incremental else self._when_prepared(s, signature, s.max_tuning_ms, (r, params))
-        if capturing or not s.tuning:
+            return r if making or not incremental else self._when_prepared(s, signature, s.max_tuning_ms, (r, params))
+        if making or not s.tuning:
             if s.record_untuned:
                 try:
                     store.record_untuned(self.name, signature, device_name, params.spec())
                 except Exception as exc:  # recording is best effort, never breaks the call
                     warnings.warn(f"tunekit: could not record untuned signature: {exc}", TunekitWarning, stacklevel=4)
-            why = "a CUDA graph is being captured: no tuning" if capturing else "no tuned result and tuning is off"
+            why = f"{making}: no tuning" if making else "no tuned result and tuning is off"
             if stale:
                 why += f" (stored entry ignored: {stale})"
-            return Resolution(self.default, why + ": the default runs", signature, device_name, cache=not capturing)
+            return Resolution(self.default, why + ": the default runs", signature, device_name, cache=not making)
         session = TuningSession(self, params, s, clock=self.clock, background=incremental, incumbent=prior)
         session.context = _SessionContext(signature, device_name, store, current, stale)
         if incremental:
@@ -345,9 +345,9 @@ class TunableOp:
     def _advance(self, session, params, s, finish: bool) -> Resolution:
         """One call's share of ``session`` (all of it with ``finish``); its resolution for this call."""
         ctx = session.context
-        if params.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return Resolution(session.incumbent, "tuning in progress (paused: a CUDA graph is being captured)",
-                              ctx.signature, ctx.device_name, cache=False)
+        if making := graph_making.why(params.device):
+            return Resolution(session.incumbent, f"tuning in progress (paused: {making})", ctx.signature,
+                              ctx.device_name, cache=False)
         session.calls += 1
         try:
             done = session.advance(math.inf if finish else s.tuning_step_ms)
