@@ -5,8 +5,8 @@ During a capture, its launches would be recorded into the user's graph. During t
 ``torch.compile(mode="reduce-overhead")`` runs before it captures (Inductor's cudagraph trees), the thread's
 allocations go to the graphs' private pool, and the trees then check that the pool holds only the outputs
 they know of: a tuning session spread over calls kept the input copies it had made there, and the next
-compiled call raised "Detected 6 tensor(s) in the cudagraph pool not tracked as outputs" (H100, default
-settings, ``benchmarks/results/cudagraph_warmup_session_probe-*``). Pool memory the trees believe free is also
+compiled call raised "Detected 6 tensor(s) in the cudagraph pool not tracked as outputs" (H100, tuning on at its
+default 20 ms step, ``benchmarks/results/cudagraph_warmup_session_probe-*``). Pool memory the trees believe free is also
 theirs to hand to the graph's outputs.
 
 The warm-up is recognised by its stream: the trees run warm-ups and captures on a stream of their own
