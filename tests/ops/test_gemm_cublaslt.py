@@ -150,3 +150,47 @@ def test_a_small_gemm_no_challenger_could_win_is_decided_without_timing_them():
     assert all(records[n].status in ("skipped", "unsupported") and records[n].time_ms is None for n in floored), records
     assert "cannot save 10.0 us" in records["cublaslt_h0"].reason
     assert decision.candidate.name not in floored
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("eager_first", [False, True])
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_cublaslt_choice_runs_under_reduce_overhead(eager_first, fused):
+    """A cuBLASLt choice (the decider forces one) in a step compiled with ``mode="reduce-overhead"``: its
+    workspace, made in Inductor's warm-up from the graphs' pool and kept, failed the trees' pool check on the
+    next call (backends/cublaslt_graphs.py). Warm-up, capture and replays run and match float32."""
+    from tunekit.ops.gemm import addmm_op
+    from tunekit.tunable.tunable_op import Resolution, use_decider
+    forced = {"mm": "cublaslt_h0", "addmm": "cublaslt_bias_h0"}
+    chosen = []
+
+    def decide(op, params, settings, signature, device, device_name):
+        c = op.candidate(forced[op.name]) if op.name in forced else op.default
+        c = c if c.supports(params) is None else op.default
+        chosen.append(c.name)
+        return Resolution(c, "the test forces it", signature, device_name)
+
+    def step(x, w, b):
+        return tunekit.linear_act(x, w, b, "gelu_tanh") if fused else tunekit.linear(x, w)
+
+    torch._dynamo.reset()
+    x, w = _operands(16, 1024, 4096)
+    b = matrix(1, 1024, torch.bfloat16, "cuda", seed=2)[0]
+    compiled = torch.compile(step, fullgraph=True, mode="reduce-overhead")
+    before = use_decider(decide)
+    mm_op.forget(), addmm_op.forget()
+    try:
+        with tunekit.tuning(results=":memory:"):
+            if eager_first:
+                step(x, w, b)  # the default stream's workspace, made outside any graph
+            for _ in range(4):  # warm-up, capture, replays
+                y = compiled(x, w, b)
+            torch.cuda.synchronize()
+    finally:
+        use_decider(before)
+        mm_op.forget(), addmm_op.forget()
+    assert forced["addmm" if fused else "mm"] in chosen, chosen
+    if fused:
+        check(y, x, w.t(), act="gelu_tanh", bias=b)
+    else:
+        check(y, x, w.t())

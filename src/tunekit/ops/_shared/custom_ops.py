@@ -22,8 +22,9 @@ Limits, for every op: only the functional forms are custom ops (``out=`` and ``i
 torch.compile run torch's own ops, which the compiler functionalizes and may fuse); a custom op is a
 fusion barrier; tracing the public functions without Dynamo (``make_fx``, ``torch.func``,
 ``torch.jit.trace``) is not supported (call ``torch.ops.tunekit.*`` there); settings apply around a
-compiled call, at run time; under CUDA-graph capture nothing is tuned (Inductor's eager warm-up run
-tunes first).
+compiled call, at run time; under CUDA-graph capture, and in the warm-up Inductor runs before one
+(``mode="reduce-overhead"``), nothing is tuned: the stored, shipped or default choice runs
+(``tunable/graph_making.py``).
 """
 
 from __future__ import annotations

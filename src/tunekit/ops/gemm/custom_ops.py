@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ...backends.cublaslt_graphs import release_after_warm_up
 from .autograd import activation_backward
 from .op import addmm_op, mm_op
 from .params import ACTIVATIONS, AddmmParams, GemmParams, folded
@@ -47,7 +48,9 @@ def _result_shape(a, b):
 def mm_custom(a: torch.Tensor, b: torch.Tensor, activation: str) -> torch.Tensor:
     """ACT(a @ b) as a custom op: the tunable op ``mm`` at run time."""
     _check("mm", a, b, activation)
-    return contiguous(_mm_call(GemmParams(a, b, None, activation)))
+    y = contiguous(_mm_call(GemmParams(a, b, None, activation)))
+    release_after_warm_up(a.device)  # a cuBLASLt choice's workspace is not left in Inductor's graph pool
+    return y
 
 
 @mm_custom.register_fake
@@ -61,7 +64,9 @@ def addmm_custom(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: float,
                  activation: str) -> torch.Tensor:
     """ACT(beta * c + alpha * a @ b) as a custom op: the tunable op ``addmm`` at run time."""
     _check("addmm", a, b, activation)
-    return contiguous(_addmm_call(AddmmParams(c, a, b, alpha, beta, None, activation)))
+    y = contiguous(_addmm_call(AddmmParams(c, a, b, alpha, beta, None, activation)))
+    release_after_warm_up(a.device)
+    return y
 
 
 @addmm_custom.register_fake
