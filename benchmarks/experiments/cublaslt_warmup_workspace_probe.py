@@ -14,7 +14,6 @@ GPU only.
 from __future__ import annotations
 
 import sys
-import traceback
 
 if "--old-src" in sys.argv:
     sys.path.insert(0, sys.argv[sys.argv.index("--old-src") + 1])
@@ -85,8 +84,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception:
-        traceback.print_exc()
-        sys.exit(1)
+    sys.exit(main())

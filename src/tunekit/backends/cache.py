@@ -19,9 +19,11 @@ it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import stat
+import tempfile
 import threading
 import warnings
 
@@ -29,7 +31,7 @@ from ..tunable.errors import TunekitWarning
 from .env import SettingError
 
 __all__ = ["UntrustedCache", "cache_root", "cache_dir", "private_dir", "folder_problem", "entry_problem",
-           "warn_once"]
+           "warn_once", "files_fingerprint", "read_kept", "write_kept"]
 
 
 class UntrustedCache(RuntimeError):
@@ -127,3 +129,45 @@ def warn_once(key: str, message: str) -> None:
             return
         _warned.add(key)
     warnings.warn(message, TunekitWarning, stacklevel=3)
+
+
+# -- small values kept between processes under a fingerprint of the files they were computed from --
+def files_fingerprint(root: str, paths) -> str:
+    """A hash of ``root`` and of the path (relative to it), size, modification and change times and inode of
+    each of ``paths``: it changes when a file is rewritten in place (new times) or replaced (pip, conda, a
+    rebuilt editable install: a new inode). A copy that keeps the modification time keeps neither the inode
+    nor the change time. OSError when a file cannot be stat-ed."""
+    h, prefix = hashlib.sha256(root.encode()), os.path.join(root, "")
+    lines = []
+    for path in paths:
+        st = os.stat(path)
+        rel = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, root)  # relpath: 10 us a file
+        lines.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n")
+    h.update("".join(lines).encode())
+    return h.hexdigest()[:32]
+
+
+def read_kept(folder: pathlib.Path, name: str) -> str | None:
+    """The text kept as ``name`` in ``folder``, or None (none, or a file or folder others could have written)."""
+    try:
+        with open(folder / name) as f:
+            if entry_problem(os.fstat(f.fileno()), folder / name) or folder_problem(folder):
+                return None
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def write_kept(folder: pathlib.Path, name: str, text: str, keep: int) -> None:
+    """Keep ``text`` as ``name`` in ``folder`` (written atomically), and only the ``keep`` newest files of
+    ``name``'s suffix there. Nothing is kept where that fails: the next process computes the value again."""
+    try:
+        folder = private_dir(folder)
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, prefix=".tmp-") as f:
+            f.write(text)
+        os.replace(f.name, folder / name)
+        kept = sorted(folder.glob("*" + pathlib.Path(name).suffix), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in kept[keep:]:
+            old.unlink(missing_ok=True)
+    except (OSError, UntrustedCache):
+        pass

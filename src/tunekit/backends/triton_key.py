@@ -22,11 +22,8 @@ small file per fingerprint, written atomically.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import os
-import pathlib
-import tempfile
 
 from . import cache
 from .env import SettingError
@@ -67,41 +64,12 @@ def fingerprint(triton_dir: str | os.PathLike) -> str:
     """A hash of the path, size, modification and change times and inode of every file
     ``triton_key()`` reads (module docstring: what that trusts)."""
     root = os.path.realpath(triton_dir)
-    h = hashlib.sha256(root.encode())
-    for path in fingerprinted(root):
-        st = os.stat(path)
-        h.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}"
-                 "\n".encode())
-    return h.hexdigest()[:32]
-
-
-def _stored(folder: pathlib.Path, name: str) -> str | None:
-    """The key stored under ``name``, or None (none, or a file that others could have written)."""
-    try:
-        with open(folder / name) as f:
-            if cache.entry_problem(os.fstat(f.fileno()), folder / name) or cache.folder_problem(folder):
-                return None
-            return f.read().strip() or None
-    except OSError:
-        return None
+    return cache.files_fingerprint(root, fingerprinted(root))
 
 
 #: stored keys kept (the newest): one per Triton install or build in use on this machine; a file
 #: system whose inode numbers change between processes would otherwise add a file per process
 KEPT = 8
-
-
-def _store(folder: pathlib.Path, name: str, key: str) -> None:
-    try:
-        folder = cache.private_dir(folder)
-        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, prefix=".tmp-") as f:
-            f.write(key)
-        os.replace(f.name, folder / name)
-        stored = sorted(folder.glob("*.key"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-        for old in stored[KEPT:]:
-            old.unlink(missing_ok=True)
-    except (OSError, cache.UntrustedCache):  # not stored (or not pruned): the next process hashes again
-        pass
 
 
 def installed_key(triton_cache_module) -> str:
@@ -118,12 +86,12 @@ def installed_key(triton_cache_module) -> str:
         folder = cache.cache_dir("triton-key")
     except (OSError, SettingError):  # an unreadable install file, or TUNEKIT_CACHE set wrong
         return original()
-    key = _stored(folder, name)
+    key = cache.read_kept(folder, name)
     version = str(getattr(triton_cache_module, "__version__", ""))
     if key is None or not key.startswith(version):
         key = original()
         if hasattr(original, "cache_info"):  # Triton's lru_cache'd function, not a stand-in
-            _store(folder, name, key)
+            cache.write_kept(folder, name, key, KEPT)
         return key
 
     def stored_key() -> str:

@@ -13,6 +13,11 @@ from .logsumexp import FAMILY as LOGSUMEXP, logsumexp, logsumexp_backward  # noq
 from .rms_norm import FAMILY as RMS_NORM, rms_norm, rms_norm_backward  # noqa: F401
 from .gemm import FAMILY as GEMM, addmm, addmm_, baddbmm, bmm, linear, linear_act, matmul, mm  # noqa: F401
 
+from ..backends import stored_hashes
+from ..tunable import validators
+
+validators.use_op_hashes(stored_hashes.candidate_hashes)  # each op's candidate hashes kept between processes
+
 #: every op family, in the order ``tunekit.patch()`` applies them
 FAMILIES = (SILU, GELU, LOGSUMEXP, RMS_NORM, GEMM)
 

@@ -285,8 +285,8 @@ class TunableOp:
         else the default. ``incremental``: tuning may go on over later calls (a session); False tunes in this call."""
         making = graph_making.why(device)  # a capture, or Inductor's warm-up before one: never tuned
         store = results_store(s.results)
-        if self._hashes is None:  # hashing every candidate's source took 0.3-2.6 ms per new signature
-            self._hashes = validators.candidate_hashes(self.candidates)
+        if self._hashes is None:  # hashing every candidate's source took 1.0-3.5 ms per op: kept between processes
+            self._hashes = validators.op_candidate_hashes(self.name, self.candidates)
         current = {**validators.environment(device), **self._hashes}
         stale, prior = "", None
         entry = store.get(self.name, signature, device_name) if s.use_stored else None

@@ -16,7 +16,8 @@ import torch
 from .._version import __version__
 from .installed import installed_version
 
-__all__ = ["environment", "device_name", "candidate_hashes", "validators_for", "mismatches"]
+__all__ = ["environment", "device_name", "candidate_hashes", "op_candidate_hashes", "use_op_hashes", "validators_for",
+           "mismatches"]
 
 
 def _version(package: str) -> str:
@@ -80,6 +81,22 @@ def device_name(device: torch.device) -> str:
 
 def candidate_hashes(candidates) -> dict[str, str]:
     return {f"candidate:{c.name}": c.source_hash() for c in candidates}
+
+
+#: ``hashes(op_name, candidates)`` in place of :func:`candidate_hashes` where an op decides its first signature;
+#: tunekit's ops set one that keeps them between processes (``backends/stored_hashes.py``)
+_op_hashes = None
+
+
+def use_op_hashes(hashes) -> None:
+    """Make ``hashes(op_name, candidates)`` give an op's candidate hashes (None: computed each process)."""
+    global _op_hashes
+    _op_hashes = hashes
+
+
+def op_candidate_hashes(op_name: str, candidates) -> dict[str, str]:
+    """:func:`candidate_hashes` of the op ``op_name``, through the function :func:`use_op_hashes` set."""
+    return candidate_hashes(candidates) if _op_hashes is None else _op_hashes(op_name, candidates)
 
 
 def validators_for(device: torch.device, candidates) -> dict[str, str]:
