@@ -19,6 +19,7 @@ it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pathlib
@@ -137,13 +138,13 @@ def files_fingerprint(root: str, paths) -> str:
     each of ``paths``: it changes when a file is rewritten in place (new times) or replaced (pip, conda, a
     rebuilt editable install: a new inode). A copy that keeps the modification time keeps neither the inode
     nor the change time. OSError when a file cannot be stat-ed."""
-    h, prefix = hashlib.sha256(root.encode()), os.path.join(root, "")
+    h, prefix = hashlib.sha256(os.fsencode(root)), os.path.join(root, "")
     lines = []
     for path in paths:
         st = os.stat(path)
         rel = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, root)  # relpath: 10 us a file
         lines.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n")
-    h.update("".join(lines).encode())
+    h.update(os.fsencode("".join(lines)))  # the bytes of a UTF-8 path, and any other path's own
     return h.hexdigest()[:32]
 
 
@@ -154,20 +155,25 @@ def read_kept(folder: pathlib.Path, name: str) -> str | None:
             if entry_problem(os.fstat(f.fileno()), folder / name) or folder_problem(folder):
                 return None
             return f.read().strip() or None
-    except OSError:
+    except (OSError, ValueError):  # ValueError: not UTF-8 text
         return None
 
 
 def write_kept(folder: pathlib.Path, name: str, text: str, keep: int) -> None:
     """Keep ``text`` as ``name`` in ``folder`` (written atomically), and only the ``keep`` newest files of
     ``name``'s suffix there. Nothing is kept where that fails: the next process computes the value again."""
+    temporary = None
     try:
         folder = private_dir(folder)
         with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, prefix=".tmp-") as f:
+            temporary = f.name
             f.write(text)
-        os.replace(f.name, folder / name)
+        os.replace(temporary, folder / name)
+        temporary = None
         kept = sorted(folder.glob("*" + pathlib.Path(name).suffix), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         for old in kept[keep:]:
             old.unlink(missing_ok=True)
     except (OSError, UntrustedCache):
-        pass
+        if temporary is not None:  # written but not in place: not left behind
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)

@@ -29,7 +29,8 @@ __all__ = ["release_after_warm_up"]
 
 def release_after_warm_up(device: torch.device) -> None:
     """Drop the cuBLASLt workspace kept for ``device``'s current stream if this thread is in Inductor's
-    CUDA graph warm-up. Cheap otherwise: a dict test, and a stream query once any workspace exists."""
+    CUDA graph warm-up. Otherwise: a dict test, a stream query once any workspace exists, and the warm-up check
+    (``graph_making.why``) where the current stream has one (a cuBLASLt choice ran on it, eagerly too)."""
     workspaces = cublaslt._workspaces
     if not workspaces or device.type != "cuda":
         return

@@ -3,22 +3,24 @@
 A signature's first call in a process checks its stored or shipped entry against every candidate's source
 hash (``tunable/validators.py``): the texts of the candidates' classes, modules and kernel files, found and
 hashed once per op and process: 0.3-3.1 ms of each op's first call on the H100 host, kept 0.02-0.14 ms
-(``benchmarks/results/stored_hashes_cost-*``; the process's first op also fingerprints and reads, 1.8 ms).
+(``benchmarks/results/stored_hashes_cost-*``; the process's first op also fingerprints and reads, 1.8 ms, and
+with nothing kept yet fingerprints before computing, ~1 ms more).
 
 The hashes change only when tunekit's own files do: every candidate tunekit defines hashes texts of files in
 its ``ops``, ``kernels`` and ``backends`` folders (modules, CUDA C sources and headers, Triton kernels) and its
 configuration, which tunekit's code sets. So they are kept in tunekit's private cache folder
 (``backends/cache.py``: ``candidate-hashes``) under a fingerprint of those files' metadata, the way
 ``backends/triton_key.py`` keeps Triton's key (what that trusts: :func:`tunekit.backends.cache.files_fingerprint`),
-and of tunekit's and Python's versions; written at the process's exit. An op whose candidates are not all
-tunekit's (one added from another module) is hashed every process, as is an op whose kept list of candidate
-names differs from its own.
+and of tunekit's and Python's versions: the fingerprint is taken before the process computes any hash, and what
+it computed is kept at exit only where the files still give that fingerprint (not across an edit or an install
+while it ran). An op whose candidates are not all tunekit's (one added from another module) is hashed every
+process, as is an op whose kept list of candidate names differs from its own. Whatever fails in the cache folder
+(missing, not a folder, not readable, damaged, others could write it) falls back to computing.
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import os
 import pathlib
@@ -39,6 +41,7 @@ _SUFFIXES = (".py", ".cu", ".cuh", ".c", ".cpp")
 KEPT = 4  # files kept (the newest): one per tunekit install or checkout in use on this machine
 _lock = threading.Lock()
 _table: dict[str, dict[str, str]] | None = None  # this process's view of the kept file
+_taken: str | None = None  # the fingerprint taken when it was read
 _computed: dict[str, dict[str, str]] = {}  # what this process computed and has not kept yet
 
 
@@ -60,14 +63,16 @@ def fingerprinted(root: pathlib.Path = _PACKAGE) -> list[str]:
     return paths
 
 
-@functools.lru_cache(maxsize=1)
-def _kept_name() -> str | None:
-    """This install's file name in the cache folder, or None (a file that cannot be stat-ed)."""
+def _fingerprint() -> str | None:
+    """The package files' fingerprint now, or None (a file that cannot be stat-ed)."""
     try:
-        files = cache.files_fingerprint(str(_PACKAGE), fingerprinted())
-    except OSError:
+        return cache.files_fingerprint(str(_PACKAGE), fingerprinted())
+    except (OSError, ValueError):
         return None
-    return f"{files}-{_version.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}.json"
+
+
+def _file_name(fingerprint: str) -> str:
+    return f"{fingerprint}-{_version.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}.json"
 
 
 def _folder() -> pathlib.Path | None:
@@ -77,35 +82,42 @@ def _folder() -> pathlib.Path | None:
         return None
 
 
+def _valid(table) -> bool:
+    return isinstance(table, dict) and all(
+        isinstance(op, str) and isinstance(hashes, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()) for op, hashes in table.items())
+
+
 def _read(folder: pathlib.Path, name: str) -> dict[str, dict[str, str]]:
     try:
         table = json.loads(cache.read_kept(folder, name) or "{}")
     except ValueError:  # not JSON: computed again
         return {}
-    return table if isinstance(table, dict) else {}
+    return table if _valid(table) else {}
 
 
 def _kept(folder: pathlib.Path) -> dict[str, dict[str, str]]:
-    """This process's view of the kept hashes, read once (call with ``_lock`` held). Where the folder does not
-    exist (nothing kept on this machine yet), empty, and no fingerprint is taken on the calling thread."""
-    global _table
+    """This process's view of the kept hashes, read once (call with ``_lock`` held), under the fingerprint taken
+    then: before this process computes any hash, so what it keeps at exit describes the files it hashed."""
+    global _table, _taken
     if _table is None:
-        name = _kept_name() if folder.is_dir() else None
-        _table = _read(folder, name) if name else {}
+        _taken = _fingerprint()
+        _table = _read(folder, _file_name(_taken)) if _taken else {}
     return _table
 
 
 def _keep_at_exit(folder: pathlib.Path) -> None:
     """Keep the hashes this process computed, merged with what other processes kept meanwhile (an op's hashes
-    are the same in all of them). At exit, not on the call that computed them: the fingerprint and the write
-    cost 1-2 ms, and a thread doing them beside the calls slowed those calls more than that (the GIL)."""
-    name = _kept_name()
+    are the same in all of them), under the fingerprint taken before they were computed; nothing where the files
+    changed since (an edit or an install while the process ran). At exit, not on the call that computed them: a
+    thread writing beside the calls slowed those calls more than the write costs (the GIL)."""
     with _lock:
-        if name is None or not _computed:
-            return
-        table = {**_read(folder, name), **_computed}
+        taken, computed = _taken, dict(_computed)
         _computed.clear()
-    cache.write_kept(folder, name, json.dumps(table), KEPT)
+    if not taken or not computed or _fingerprint() != taken:
+        return
+    name = _file_name(taken)
+    cache.write_kept(folder, name, json.dumps({**_read(folder, name), **computed}), KEPT)
 
 
 def _ours(candidate) -> bool:
