@@ -1,9 +1,10 @@
 """Answers: what does an op's first signature pay for its candidates' source hashes, computed (before
-``backends/stored_hashes.py``), with nothing kept yet, and kept by an earlier process? Each run: a fresh
+``backends/stored_hashes.py``), with nothing kept yet, and kept by an earlier process? And a process's first
+CUDA C choice for the fp16/bf16 headers' digest in its cubin names (``nvrtc.headers_digest``)? Each run: a fresh
 ``TUNEKIT_CACHE``; one fresh process computing every op's hashes (``validators.candidate_hashes``, the code
 before), one asking the kept ones with the folder absent ('empty'), then one more with what that one kept
 ('kept'). Per process and op: the wall of the call on the calling thread (ms), in registry order, after
-``import tunekit`` (not timed). CPU only; prints medians over the runs.
+``import tunekit`` (not timed), then the headers' digest. CPU only; prints medians over the runs.
 
     PYTHONPATH=src python benchmarks/experiments/stored_hashes_cost.py [--runs 5]
 """
@@ -18,7 +19,7 @@ import sys
 import tempfile
 
 _CHILD = """
-import json, sys, threading, time
+import json, sys, time
 import tunekit
 from tunekit.tunable import validators
 from tunekit.tunable.registry import all_ops
@@ -31,9 +32,11 @@ for op in all_ops():
     else:
         validators.op_candidate_hashes(op.name, op.candidates)
     walls[op.name] = (time.perf_counter() - t) * 1e3
-for thread in threading.enumerate():
-    if thread.name == "tunekit-keep-hashes":
-        thread.join()
+from tunekit.backends import nvrtc
+folder = (nvrtc.include_dirs() or ("",))[0]  # found before the clock starts, as an earlier step of a first call does
+t = time.perf_counter()
+nvrtc._headers_digest(folder) if compute else nvrtc.headers_digest()
+walls["headers digest"] = (time.perf_counter() - t) * 1e3
 print(json.dumps(walls))
 """
 
@@ -53,13 +56,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as cache:
             for mode in walls:  # empty, then kept: the same folder
                 walls[mode].append(_child(mode, cache))
-    ops = list(walls["computed"][0])
+    ops = [name for name in walls["computed"][0] if name != "headers digest"]
     print(f"{'op':22s}" + "".join(f"{mode:>12s}" for mode in walls) + "   (ms on the calling thread, median of "
           f"{args.runs} runs)")
-    for op in ops + ["total"]:
+    for op in ops + ["total", "headers digest"]:
         cells = []
         for mode, runs in walls.items():
-            values = [sum(r.values()) if op == "total" else r[op] for r in runs]
+            values = [sum(r[o] for o in ops) if op == "total" else r[op] for r in runs]
             cells.append(f"{statistics.median(values):12.2f}")
         print(f"{op:22s}" + "".join(cells))
     return 0

@@ -58,3 +58,23 @@ def test_the_gemm_custom_ops_release_after_their_call(monkeypatch):
     torch.testing.assert_close(torch.ops.tunekit.mm(a, b, "none"), a @ b)
     torch.testing.assert_close(torch.ops.tunekit.addmm(c, a, b, 1.0, 1.0, "none"), torch.addmm(c, a, b))
     assert released == [a.device, a.device]
+
+
+def test_a_call_that_raises_releases_too(monkeypatch):
+    """An op raising inside the warm-up must not leave its workspace for the pool check to report after the
+    real error."""
+    from tunekit.ops.gemm import custom_ops
+    released = []
+    monkeypatch.setattr(custom_ops, "release_after_warm_up", released.append)
+
+    def fails(params):
+        raise RuntimeError("the candidate failed")
+
+    monkeypatch.setattr(custom_ops, "_mm_call", fails)
+    monkeypatch.setattr(custom_ops, "_addmm_call", fails)
+    a, b, c = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5)
+    with pytest.raises(RuntimeError, match="the candidate failed"):
+        torch.ops.tunekit.mm(a, b, "none")
+    with pytest.raises(RuntimeError, match="the candidate failed"):
+        torch.ops.tunekit.addmm(c, a, b, 1.0, 1.0, "none")
+    assert released == [a.device, a.device]

@@ -89,6 +89,32 @@ def test_cubin_names_follow_the_headers_text_not_their_folder(tmp_path, monkeypa
 
 
 @needs_nvrtc
+def test_the_headers_digest_is_kept_and_follows_a_rewrite(tmp_path, monkeypatch):
+    """Kept under a fingerprint of the headers' metadata (backends/nvrtc.headers_digest): a later process reads
+    it without hashing; a header rewritten to the same size gets a new fingerprint, so it is hashed again."""
+    (original,) = nvrtc.include_dirs()[:1]
+    copy = tmp_path / "include"
+    shutil.copytree(original, copy)
+    monkeypatch.setattr(nvrtc, "include_dirs", lambda: (str(copy),))
+    monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path / "cache"))
+    computed, real = [], nvrtc._headers_digest
+    monkeypatch.setattr(nvrtc, "_headers_digest", lambda folder: computed.append(folder) or real(folder))
+
+    def digest():  # as a new process would
+        nvrtc.headers_digest.cache_clear()
+        return nvrtc.headers_digest()
+    try:
+        first = digest()
+        assert digest() == first == real(str(copy)) and computed == [str(copy)]  # the second read the kept one
+        header = copy / "cuda_bf16.h"
+        text = header.read_bytes()
+        header.write_bytes(text[:-1] + (b"y" if text.endswith(b"x") else b"x"))  # the same size, other text
+        assert digest() == real(str(copy)) != first and len(computed) == 2
+    finally:
+        nvrtc.headers_digest.cache_clear()
+
+
+@needs_nvrtc
 def test_a_bundle_holds_the_cubins_a_fresh_cache_built(pretuned, tmp_path):
     nvrtc.compile_cubin(SOURCE, "add_one", "sm_90")
     cubins = tmp_path / "cache" / "cubin"

@@ -48,9 +48,10 @@ def _result_shape(a, b):
 def mm_custom(a: torch.Tensor, b: torch.Tensor, activation: str) -> torch.Tensor:
     """ACT(a @ b) as a custom op: the tunable op ``mm`` at run time."""
     _check("mm", a, b, activation)
-    y = contiguous(_mm_call(GemmParams(a, b, None, activation)))
-    release_after_warm_up(a.device)  # a cuBLASLt choice's workspace is not left in Inductor's graph pool
-    return y
+    try:
+        return contiguous(_mm_call(GemmParams(a, b, None, activation)))
+    finally:  # a cuBLASLt choice's workspace is not left in Inductor's graph pool, even by a call that raised
+        release_after_warm_up(a.device)
 
 
 @mm_custom.register_fake
@@ -64,9 +65,10 @@ def addmm_custom(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: float,
                  activation: str) -> torch.Tensor:
     """ACT(beta * c + alpha * a @ b) as a custom op: the tunable op ``addmm`` at run time."""
     _check("addmm", a, b, activation)
-    y = contiguous(_addmm_call(AddmmParams(c, a, b, alpha, beta, None, activation)))
-    release_after_warm_up(a.device)
-    return y
+    try:
+        return contiguous(_addmm_call(AddmmParams(c, a, b, alpha, beta, None, activation)))
+    finally:
+        release_after_warm_up(a.device)
 
 
 @addmm_custom.register_fake
