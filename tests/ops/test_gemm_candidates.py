@@ -51,11 +51,13 @@ def test_every_configuration(index):
 def test_every_candidate_of_both_ops_is_listed():
     from tunekit.ops.gemm.cuda_decode import decode_candidates
     from tunekit.ops.gemm.quack_candidates import quack_candidates
+    from tunekit.ops.gemm.triton_padded_rows import padded_rows_candidates
     from tunekit.ops.gemm.triton_swapped import swapped_candidates
     from tunekit.ops.gemm.triton_wrapped import wrapped_candidates
     names = {TritonGemm(*c).name for c in CONFIGS}
     assert len(names) == len(CONFIGS) >= 40
     names |= {c.name for c in wrapped_candidates()} | {c.name for c in quack_candidates()}
+    names |= {c.name for c in padded_rows_candidates()}
     cublaslt = {f"cublaslt_h{rank}" for rank in range(8)}
     epilogue = {f"cublaslt_bias_h{rank}" for rank in range(8)}
     decode = {c.name for c in decode_candidates()} | {c.name for c in swapped_candidates()}  # mm's alone

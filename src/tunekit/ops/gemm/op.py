@@ -24,6 +24,7 @@ from .params import AddmmParams, GemmParams
 from .quack_candidates import quack_candidates
 from .torch_candidates import epilogue_support, torch_addmm, torch_addmm_epilogue, torch_mm
 from .triton_candidates import triton_candidates
+from .triton_padded_rows import padded_rows_candidates
 from .triton_swapped import swapped_candidates
 from .triton_wrapped import wrapped_candidates
 from .._shared import routing
@@ -141,14 +142,15 @@ def triton_order(turned: bool = False) -> list:
     trying per signature): the TMA kind, then (``turned``: mm's) the turned-over decode kernels (M <= 16:
     ahead of the pointer kernel's decode configurations, which they beat on the H200; the CUDA decode
     kernels, earlier in mm's list, take the first preparations: at M = 1 all four), then the wrapped
-    template (constant sizes first: 13.95 against 14.95 us at 777 x 1555 x 333, H100), then padded copies and
-    the pointer kernels. Each kind says where it is worth trying (the wrapped ones below 1024^3, M > 16), so
-    small odd problems compile the template that wins there (padded: 17.3 us) and larger ones the padded
-    TMA kernel, as before."""
+    template (constant sizes first: 13.95 against 14.95 us at 777 x 1555 x 333, H100), then padded copies (the
+    copy kernel's first, ``triton_padded_rows.py``) and the pointer kernels. Each kind says where it is worth
+    trying (the wrapped ones below 1024^3, M > 16), so small odd problems compile the template that wins there
+    (padded: 17.3 us) and larger ones the padded TMA kernel, as before."""
     base, wrapped = triton_candidates(), wrapped_candidates()
     return ([c for c in base if c.kind == "tma"] + (swapped_candidates() if turned else [])
             + [c for c in wrapped if c.kind == "wrapped_static"]
-            + [c for c in wrapped if c.kind == "wrapped"] + [c for c in base if c.kind != "tma"])
+            + [c for c in wrapped if c.kind == "wrapped"] + padded_rows_candidates()
+            + [c for c in base if c.kind != "tma"])
 
 
 for _op in (mm_op, addmm_op):
