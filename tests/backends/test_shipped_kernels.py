@@ -110,6 +110,11 @@ def test_the_headers_digest_is_kept_and_follows_a_rewrite(tmp_path, monkeypatch)
         text = header.read_bytes()
         header.write_bytes(text[:-1] + (b"y" if text.endswith(b"x") else b"x"))  # the same size, other text
         assert digest() == real(str(copy)) != first and len(computed) == 2
+        for kept in (tmp_path / "cache" / "headers-digest").glob("*.digest"):
+            kept.write_text("not-a-digest")  # a kept text that is not a digest: computed again
+        assert digest() == real(str(copy)) and len(computed) == 3
+        monkeypatch.setattr(nvrtc._version, "__version__", "another release")  # may digest them another way
+        assert digest() == real(str(copy)) and len(computed) == 4
     finally:
         nvrtc.headers_digest.cache_clear()
 

@@ -114,3 +114,22 @@ def test_what_it_runs_is_the_padded_kinds_and_its_hash_its_own():
     old = next(c for c in mm_op.candidates if type(c) is TritonGemm and c.kind == "padded")
     new = mm_op.candidate(old.name.replace("triton_padded", "triton_padrows"))
     assert new.config == old.config and new.source_hash() != old.source_hash()
+
+
+def test_the_kernel_copies_and_writes_zeros_past_the_source(monkeypatch):
+    """Every layout with a unit stride goes through ``pad_rows_kernel`` (torch copies only a sliced view), and the
+    padded columns hold zeros (the stores cover the whole padded row)."""
+    import tunekit.ops.gemm.triton_padded_rows as padded_rows
+    launched, real = [], triton_launch._launch
+    monkeypatch.setattr(triton_launch, "_launch", lambda fn, *a, **k: launched.append(fn) or real(fn, *a, **k))
+    for layout, batch in (("row", None), ("col", None), ("misaligned", 3), ("bcast", 3), ("sliced", None)):
+        launched.clear()
+        t = matrix(19, 45, torch.bfloat16, DEVICE, layout, seed=5, batch=batch)
+        got = padded_rows_copy(t)
+        assert torch.equal(got, t) and len(launched) == (0 if layout == "sliced" else 1)
+        if layout != "sliced":
+            assert launched[0] is padded_rows._kernel
+        rows_major = got.mT if layout == "col" else got
+        whole = rows_major.as_strided((*rows_major.shape[:-1], rows_major.stride(-2)), rows_major.stride())
+        assert torch.equal(whole[..., 45:], torch.zeros_like(whole[..., 45:])) or layout == "sliced"
+
