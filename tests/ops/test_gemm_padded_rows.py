@@ -133,3 +133,19 @@ def test_the_kernel_copies_and_writes_zeros_past_the_source(monkeypatch):
         whole = rows_major.as_strided((*rows_major.shape[:-1], rows_major.stride(-2)), rows_major.stride())
         assert torch.equal(whole[..., 45:], torch.zeros_like(whole[..., 45:])) or layout == "sliced"
 
+
+
+def test_a_preparation_copies_nothing(monkeypatch):
+    """``run(p, copy=False)`` (what ``prepare`` runs inside ``warming``, where launches only compile): the buffers
+    are made, torch copies nothing, even for sliced views that torch would copy."""
+    copies = []
+    real = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, *a, **k: copies.append(self.shape) or real(self, *a, **k))
+    launched = []
+    monkeypatch.setattr(triton_launch, "_launch", lambda fn, *a, **k: launched.append(fn))
+    M, N, K = 17, 23, 41
+    a, b = matrix(M, K, torch.float16, DEVICE, "sliced"), matrix(K, N, torch.float16, DEVICE, "sliced", seed=1)
+    SMALL.run(GemmParams(a, b), copy=False)
+    assert copies == [] and launched  # the TMA kernel's launch (compile-only inside warming)
+    SMALL.run(GemmParams(a, b))
+    assert len(copies) == 2  # a real call: both sliced operands copied by torch

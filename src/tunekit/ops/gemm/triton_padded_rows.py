@@ -32,8 +32,8 @@ __all__ = ["TritonPaddedRows", "padded_rows_candidates", "padded_rows_copy"]
 #: the copy's tile: 16 rows of 256 elements (8 KB of bf16) per program, 4 warps (24.8 us at 4096 x 4095 bf16, H100;
 #: 8x512, 4x1024, 32x256 w8 within 0.4 us: ``benchmarks/results/pad_rows_variants-NVIDIA_H100_80GB_HBM3.txt``)
 BLOCK_R, BLOCK_C, WARPS = 16, 256, 4
-#: padded rows' length, a multiple of 64 elements: Triton then sees it divisible by 16 and vectorizes the stores
-ROW_UNIT = 64
+#: padded rows' length, a multiple of 16 elements: Triton then sees it divisible by 16 and vectorizes the stores
+ROW_UNIT = 16
 _HERE = Path(__file__).resolve()
 _FILES = [_HERE, _HERE.parent / "triton_launch.py", _HERE.parent / "triton_candidates.py"] + [
     _HERE.parents[2] / "kernels" / "triton" / name for name in ("pad_rows.py", "gemm_tma.py", "gemm.py",
@@ -42,10 +42,12 @@ _source_text: str | None = None
 _kernel = None
 
 
-def padded_rows_copy(t: torch.Tensor) -> torch.Tensor:
+def padded_rows_copy(t: torch.Tensor, *, copy: bool = True) -> torch.Tensor:
     """``t`` in a buffer whose rows are padded to a multiple of :data:`ROW_UNIT` elements (what
     ``triton_launch.tma_readable`` accepts), of the same major order, a broadcast batch materialized; copied by
-    ``pad_rows_kernel``, or by torch for an operand with no unit stride (a sliced view)."""
+    ``pad_rows_kernel``, or by torch for an operand with no unit stride (a sliced view). ``copy=False`` (a
+    preparation, inside ``triton_backend.warming``): the buffer, and the kernel's launch, which there only compiles;
+    torch copies nothing."""
     col = t.stride(-1) != 1 and t.stride(-2) == 1
     src = t.mT if col else t
     *lead, rows, cols = src.shape
@@ -53,7 +55,8 @@ def padded_rows_copy(t: torch.Tensor) -> torch.Tensor:
     buf = torch.empty(*lead, rows, padded, dtype=t.dtype, device=t.device)
     view = buf[..., :cols]
     if src.stride(-1) != 1 and cols > 1:
-        view.copy_(src)
+        if copy:
+            view.copy_(src)
     elif src.numel():
         global _kernel
         if _kernel is None:
@@ -83,8 +86,8 @@ class TritonPaddedRows(TritonGemm):
             out = torch.empty(p.out_shape(), dtype=p.a.dtype, device=p.a.device)
         if out.numel() == 0:
             return out
-        a = p.a if tma_readable(p.a) else padded_rows_copy(p.a)
-        b = p.b if tma_readable(p.b) else padded_rows_copy(p.b)
+        a = p.a if tma_readable(p.a) else padded_rows_copy(p.a, copy=copy)
+        b = p.b if tma_readable(p.b) else padded_rows_copy(p.b, copy=copy)
         triton_launch.launch_tma(self.config, p, out, a, b)
         return out
 
