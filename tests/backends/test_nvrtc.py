@@ -111,6 +111,25 @@ def test_cache_is_used_and_keyed_by_arch(tmp_path, monkeypatch):
 
 
 @needs_nvrtc
+def test_kept_builds_only_loads_a_cached_cubin_and_compiles_nothing(tmp_path, monkeypatch):
+    """Inside ``builds_only()`` (a stand-in's preparation) a cubin neither cached nor shipped raises
+    NeedsCompiler before NVRTC runs; a cached one still loads."""
+    from tunekit.tunable.preparations import NeedsCompiler, builds_only
+    monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))
+    code = nvrtc.source(SOURCES[0])
+    compiles = []
+    real = nvrtc._nvrtc_compile
+    monkeypatch.setattr(nvrtc, "_nvrtc_compile", lambda *a: compiles.append(a[1]) or real(*a))
+    with builds_only(), pytest.raises(NeedsCompiler, match="no cached or shipped cubin"):
+        nvrtc.compile_cubin(code, SOURCES[0], "sm_90")
+    assert compiles == [] and not (tmp_path / "cubin").exists() or not list((tmp_path / "cubin").iterdir())
+    first = nvrtc.compile_cubin(code, SOURCES[0], "sm_90")
+    with builds_only():
+        assert nvrtc.compile_cubin(code, SOURCES[0], "sm_90") == first
+    assert compiles == [SOURCES[0]]
+
+
+@needs_nvrtc
 def test_concurrent_compiles_leave_one_whole_file(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEKIT_CACHE", str(tmp_path))
     code = nvrtc.source(SOURCES[0])

@@ -38,6 +38,7 @@ import torch
 
 from .. import _version
 from ..tunable.installed import installed_version
+from ..tunable.preparations import NeedsCompiler, compilers_allowed
 from .cache import (UntrustedCache, cache_dir, entry_problem, files_fingerprint, private_dir, read_kept, warn_once,
                     write_kept)
 from .env import SettingError
@@ -160,7 +161,8 @@ def compile_cubin(code: str | Callable[[], str], name: str, arch: str, options: 
     compile, with ``identity`` (text that determines the source) naming the cache entry in its place:
     a kernel's own unit takes 60 ms of preprocessing to make, which a cache hit then skips.
     ``refresh`` compiles again and replaces the cached file (one that would not load). Threads asking
-    for the same cubin at once compile it once."""
+    for the same cubin at once compile it once. Inside ``preparations.builds_only()`` a cubin neither
+    cached nor shipped raises NeedsCompiler instead of compiling."""
     if callable(code) and identity is None:
         raise TypeError("compile_cubin: a source made on demand needs an identity")
     opts = (f"--gpu-architecture={arch}", "-std=c++17", *options)
@@ -172,6 +174,8 @@ def compile_cubin(code: str | Callable[[], str], name: str, arch: str, options: 
         if cubin is None and use_cache and not refresh:
             cubin = shipped_cubin(filename)
         if cubin is None:
+            if not compilers_allowed():  # a stand-in loads kept builds only: NVRTC would take 0.1-0.4 s
+                raise NeedsCompiler(f"{name}: no cached or shipped cubin for {arch}")
             text = code() if callable(code) else code
             cubin = _nvrtc_compile(text, name, (*opts, *(f"-I{d}" for d in include_dirs())))
             if path is not None:

@@ -289,22 +289,23 @@ class Preparation:
             self.future.set_exception(exc)
 
     def _start_stand_in(self, final: bool = False) -> None:
-        """Prepare the stand-in; a Triton one from kept builds only while no Triton choice was prepared in
-        this process: compiling it would start Triton, holding the interpreter 0.2-0.4 s, the shipped
-        choice's own load (a cubin, milliseconds) included (a first call of 283 ms, H100)."""
+        """Prepare the stand-in, from kept builds only unless ``final``: a stand-in runs while the choice
+        loads (a cubin, milliseconds), and compiling one holds the interpreter longer than that load
+        takes (Triton's start, 0.2-0.4 s: a first call of 283 ms, H100; an NVRTC compile of a CUDA C
+        stand-in the bundle lacks: 403 ms, H200)."""
         options = self._pick()
         if options:
             self._stand_in_future = _stand_in_worker().submit(contextvars.copy_context().run, self._first_runnable,
                                                               options, final)
 
     def _first_runnable(self, options, final: bool = False) -> None:
-        """Prepare the first of ``options`` that supports the params; it becomes ``stand_in``. A Triton one
-        loads kept builds only while no Triton choice was prepared, unless ``final`` (the choice failed);
-        one whose build is slow (``slow_build``: seconds on the one stand-in worker) always loads kept
-        builds only. All refused: this fails."""
+        """Prepare the first of ``options`` that supports the params; it becomes ``stand_in``. It loads kept
+        builds only (a cubin cached or shipped), unless ``final`` (the choice failed: the stand-in runs for
+        good, so it may compile); one whose build is slow (``slow_build``: seconds on the one stand-in
+        worker) always loads kept builds only. All refused: this fails."""
         problems = []
         for c in options:
-            kept_only = uses_triton(c) and not _triton_prepared and not final or getattr(c, "slow_build", False)
+            kept_only = not final or getattr(c, "slow_build", False)
             try:
                 _prepare(c, self.params, True, kept_only)
             except Exception as exc:  # noqa: BLE001 - refused or failed: the next one
