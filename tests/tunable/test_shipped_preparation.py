@@ -186,10 +186,12 @@ def test_a_stand_in_runs_while_a_slow_shipped_choice_prepares(ship, tmp_path):
     assert op.runs["medium"] == 1
 
 
-def test_a_stand_in_that_would_compile_is_passed_over_while_the_choice_loads(ship, tmp_path):
+@pytest.mark.parametrize("fails_after_s", [0.0, 0.05])
+def test_a_stand_in_that_would_compile_is_passed_over_while_the_choice_loads(ship, tmp_path, fails_after_s):
     """The choice is not ready within STAND_IN_AFTER_MS, and the next fastest has no kept build (a CUDA C
     stand-in the bundle lacks: compiling it made an H200's first call 403 ms): it is not compiled; the
-    default runs until the choice is ready. Once the choice fails, the stand-in (final) may compile."""
+    default runs until the choice is ready. Once the choice fails, at once or after that refused attempt
+    (``fails_after_s``), the stand-in is prepared again, compiling allowed, and runs for good."""
     x = torch.randn(64)
     ship([dataclasses.replace(tuned_entry(x, tmp_path), choice="medium")])
     release, compiled = threading.Event(), []
@@ -202,7 +204,10 @@ def test_a_stand_in_that_would_compile_is_passed_over_while_the_choice_loads(shi
         release.set()
         assert op.resolve(ScaleParams(x), finish=True).candidate.name == "medium"
 
-    failing = op_whose("medium", lambda p: (_ for _ in ()).throw(RuntimeError("ptxas exploded")))
+    def fail(p):
+        time.sleep(fails_after_s)
+        raise RuntimeError("ptxas exploded")
+    failing = op_whose("medium", fail)
     with_prepare(failing, "fast", compiling(lambda p: compiled.append(p)))
     with tuning(max_tuning_ms=30_000), pytest.warns(TunekitWarning, match="ptxas exploded"):
         failing(ScaleParams(x))

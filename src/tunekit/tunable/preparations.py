@@ -14,9 +14,10 @@ thread so that no call waits 0.1-1 s for a compile (``tunable/session.py``). Two
   cancelled if they have not started: a worker left compiling after the choice takes the caller's
   GIL for nothing.
 - A preparation may be asked to use kept builds only (:func:`builds_only`): a shipped Triton choice is
-  first prepared that way, so it is ready in milliseconds where its build was kept, and a backend
-  that would have to compile (or start a compiler, as Triton's import) raises
-  :class:`NeedsCompiler` instead (``tunable/shipped.py``).
+  first prepared that way, so it is ready in milliseconds where its build was kept, and so is every
+  stand-in until the choice has failed; a backend that would have to compile (NVRTC, or start a
+  compiler, as Triton's import) raises :class:`NeedsCompiler` instead (``tunable/shipped.py``). The C
+  launch extensions' builds (``fast_launch``, ``fast_call``) are not gated: a choice builds them too.
 - An op may cap how many candidates an online session compiles (``TunableOp.online_preparations``):
   the first ones worth trying, in the op's order (best first); the rest are recorded as skipped for
   offline tuning (``tunekit tune``, which compiles every one), and the entry still counts as complete.

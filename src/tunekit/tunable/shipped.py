@@ -243,6 +243,7 @@ class Preparation:
     def __init__(self, resolution, params, pick_stand_in):
         self.resolution, self.params, self._pick = resolution, params, pick_stand_in
         self.stand_in, self._stand_in_future, self._kept = None, None, None
+        self._stand_in_final = False  # whether the stand-in attempt may compile (the choice failed)
         self._slow = uses_triton(resolution.candidate) and not _triton_prepared
         self._context = contextvars.copy_context()  # the caller's settings, for what a worker starts later
         if self._slow:
@@ -295,6 +296,7 @@ class Preparation:
         stand-in the bundle lacks: 403 ms, H200)."""
         options = self._pick()
         if options:
+            self._stand_in_final = final
             self._stand_in_future = _stand_in_worker().submit(contextvars.copy_context().run, self._first_runnable,
                                                               options, final)
 
@@ -342,20 +344,30 @@ class Preparation:
 
     def _instead(self, problem: str | None, wait_ms: float) -> tuple[str | None, object | None]:
         """(problem, what runs instead). Once the choice failed (its backend missing here, a compile
-        error) the stand-in runs for good: prepared now if it was not yet (compiling allowed: it is
-        final), waited for at most ``wait_ms``; while it still prepares, :data:`FALLING_BACK` (the
+        error) the stand-in runs for good: prepared now if it was not yet, or if the attempt made while
+        the choice prepared (kept builds only) was refused (compiling allowed: it is final), waited for
+        at most ``wait_ms``; while it still prepares, :data:`FALLING_BACK` (the
         default runs, nothing decided), so a stand-in slower to prepare than the choice took to fail
         is not passed over for the default."""
         if problem is None or problem == PENDING:
             return problem, self.meanwhile()
-        if self._stand_in_future is None:
-            self._start_stand_in_safely(final=True)
-        future = self._stand_in_future
-        if future is not None and not future.done() and wait_ms > 0:
-            concurrent.futures.wait([future], timeout=None if wait_ms == float("inf") else wait_ms / 1e3)
+        deadline = time.perf_counter() + wait_ms / 1e3
+        for _ in range(2):  # a kept-builds-only attempt refused (or ending refused): once more, compiling allowed
+            if self._stand_in_future is None or not self._stand_in_final and self._refused(self._stand_in_future):
+                self._start_stand_in_safely(final=True)
+            future = self._stand_in_future
+            if future is not None and not future.done() and wait_ms > 0:
+                left = max(0.0, deadline - time.perf_counter())
+                concurrent.futures.wait([future], timeout=None if wait_ms == float("inf") else left)
+            if future is None or not future.done():
+                break
         if future is not None and not future.done():
             return FALLING_BACK, None
         return problem, self.meanwhile()
+
+    @staticmethod
+    def _refused(future: concurrent.futures.Future) -> bool:
+        return future.done() and preparation_problem(future, 0.0) is not None
 
     def _start_stand_in_safely(self, final: bool = False) -> None:
         """:meth:`_start_stand_in` on the caller's path: a failure to start (the worker pool shut down

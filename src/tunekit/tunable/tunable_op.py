@@ -44,8 +44,7 @@ __all__ = ["TunableOp", "Resolution", "TUNING_LOCK", "use_decider", "current_dec
 #: Held while resolving a miss. Re-entrant: a candidate may call another tunable op while tuning.
 TUNING_LOCK = threading.RLock()
 
-#: Decides a signature met for the first time in place of ``op.decide_here`` (None: decide here); set by
-#: :func:`use_decider` (``tunekit.distributed.enable()``: one rank decides, the others follow).
+#: Decides a new signature instead of ``op.decide_here`` (None: decide here); ``tunekit.distributed.enable()`` sets it
 _decider = None
 
 
@@ -57,8 +56,8 @@ def use_decider(decider):
     return previous
 
 
-def current_decider():
-    return _decider  # the decider use_decider set, or None
+def current_decider():  # the decider use_decider set, or None
+    return _decider
 
 
 TUNED_DEVICES = ("cpu", "cuda")  # device types whose signatures are tuned and stored; others run the default
